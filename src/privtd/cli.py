@@ -1,0 +1,281 @@
+"""The ``privtd`` command line.
+
+Every error is one line on stderr and a non-zero exit, never a traceback; output files are
+written to a temporary name and renamed, so an interrupted run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+
+from . import datasets as datasets_mod
+from .answers import Answers
+from .errors import PrivtdError, ValidationError
+from .evaluation import evaluate
+from .inference import METHODS, make_estimator
+
+EXIT_ERROR = 2
+
+
+# ---------------------------------------------------------------------- helpers
+def _fail(message: str) -> None:
+    click.echo(f"privtd: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            frame.to_csv(handle, index=index)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parse_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    return text
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValidationError(f"--param takes KEY=VALUE. Got {pair!r}.")
+        key, value = pair.split("=", 1)
+        params[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    return params
+
+
+@contextmanager
+def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar over EM iterations, shown on a terminal (or when forced)."""
+    if not enabled:
+        yield None
+        return
+    state: dict[str, Any] = {}
+
+    def tick(n_iter: int, max_iter: int) -> None:
+        if "bar" not in state:
+            state["bar"] = click.progressbar(length=max_iter, label=label, file=sys.stderr)
+            state["bar"].__enter__()
+        state["bar"].update(n_iter - state.get("done", 0))
+        state["done"] = n_iter
+
+    try:
+        yield tick
+    finally:
+        if "bar" in state:
+            state["bar"].__exit__(None, None, None)
+
+
+def _read_truth_csv(path: str) -> pd.Series:
+    try:
+        frame = pd.read_csv(path, dtype={"task": str})
+    except FileNotFoundError:
+        raise ValidationError(f"No such file: {path!r}. Check the path.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValidationError(f"Cannot parse {path!r} as CSV: {str(exc).splitlines()[0]}.") from None
+    missing = [c for c in ("task", "truth") if c not in frame.columns]
+    if missing:
+        raise ValidationError(
+            f"{path!r} lacks column(s) {missing}: expected ['task', 'truth'], found "
+            f"{list(frame.columns)}."
+        )
+    if frame["task"].duplicated().any():
+        dup = frame["task"][frame["task"].duplicated()].iloc[0]
+        raise ValidationError(f"{path!r} names task {dup!r} twice. Give one truth per task.")
+    return frame.set_index("task")["truth"]
+
+
+# ---------------------------------------------------------------------- commands
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="privtd")
+def cli() -> None:
+    """privtd: privacy-preserving truth discovery for crowdsourcing."""
+
+
+@cli.command()
+@click.argument("answers", type=click.Path(dir_okay=False))
+@click.option("--method", "-m", required=True, type=click.Choice(list(METHODS)),
+              help="Inference method.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="CSV to write: task,truth.")
+@click.option("--workers-output", type=click.Path(dir_okay=False),
+              help="CSV to write per-worker weight, answer count and model columns.")
+@click.option("--probas-output", type=click.Path(dir_okay=False),
+              help="CSV to write per-task label probabilities (models that have them).")
+@click.option("--kind", type=click.Choice(["auto", "categorical", "numeric"]), default="auto",
+              show_default=True, help="Answer type; 'auto': floats are numeric, the rest labels.")
+@click.option("--task-col", default="task", show_default=True, help="Column holding task ids.")
+@click.option("--worker-col", default="worker", show_default=True, help="Column holding worker ids.")
+@click.option("--answer-col", default="answer", show_default=True,
+              help="Column holding answers ('label' is accepted when 'answer' is absent).")
+@click.option("--on-duplicate", type=click.Choice(["error", "first", "last", "majority", "mean"]),
+              default="error", show_default=True, help="Repeated (task, worker) pairs.")
+@click.option("--on-missing", type=click.Choice(["error", "drop"]), default="error",
+              show_default=True, help="Rows with a missing task, worker or answer.")
+@click.option("--gold", type=click.Path(dir_okay=False),
+              help="CSV task,truth of known truths, fixed during fitting.")
+@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE",
+              help="Estimator parameter, repeatable (e.g. -p max_iter=50 -p tol=1e-4).")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar over iterations (default: when stderr is a terminal).")
+def infer(
+    answers: str, method: str, output: str, workers_output: str | None,
+    probas_output: str | None, kind: str, task_col: str, worker_col: str, answer_col: str,
+    on_duplicate: str, on_missing: str, gold: str | None, param: tuple[str, ...],
+    progress: bool | None,
+) -> None:
+    """Infer each task's truth and each worker's quality from ANSWERS (CSV or Parquet)."""
+    data = Answers.from_path(
+        answers, task=task_col, worker=worker_col, answer=answer_col, kind=kind,  # type: ignore[arg-type]
+        on_duplicate=on_duplicate, on_missing=on_missing,  # type: ignore[arg-type]
+    )
+    for note in data.notes:
+        click.echo(f"privtd: note: {note}", err=True)
+    estimator = make_estimator(method, **_parse_params(param))
+    gold_series = _read_truth_csv(gold) if gold else None
+    show = sys.stderr.isatty() if progress is None else progress
+    start = time.perf_counter()
+    with _progress(show, f"{method}") as tick:
+        estimator.progress = tick
+        estimator.fit(data, gold=gold_series)
+    elapsed = time.perf_counter() - start
+    _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
+    if workers_output:
+        _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
+    if probas_output:
+        if estimator.probas_ is None:
+            raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
+        _atomic_csv(estimator.probas_.rename_axis("task"), probas_output, index=True)
+    status = "converged" if estimator.converged_ else "did not converge"
+    click.echo(
+        f"{method}: {data.n_tasks} tasks, {data.n_workers} workers, {data.n_answers} answers; "
+        f"{estimator.n_iter_} iteration(s), {status}, {elapsed:.3f} s -> {output}",
+        err=True,
+    )
+
+
+@cli.command("evaluate")
+@click.argument("truths", type=click.Path(dir_okay=False))
+@click.option("--truth", "reference", required=True, type=click.Path(dir_okay=False),
+              help="CSV task,truth with the known truths.")
+@click.option("--kind", type=click.Choice(["auto", "categorical", "numeric"]), default="auto",
+              show_default=True, help="Compare as labels (accuracy) or numbers (MAE, RMSE).")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
+    """Score inferred TRUTHS (CSV task,truth) against known truths."""
+    metrics = evaluate(_read_truth_csv(truths), _read_truth_csv(reference), kind=kind)
+    if as_json:
+        click.echo(json.dumps(metrics))
+        return
+    for key, value in metrics.items():
+        shown = f"{int(value)}" if key.startswith("n_") else f"{value:.4f}"
+        click.echo(f"{key:>12}: {shown}")
+
+
+@cli.group("datasets")
+def datasets_group() -> None:
+    """List or export the bundled real datasets."""
+
+
+@datasets_group.command("list")
+def datasets_list() -> None:
+    """Name, type and description of each bundled dataset."""
+    for name in datasets_mod.list_datasets():
+        spec = datasets_mod.DATASETS[name]
+        click.echo(f"{name:<14} {spec.kind:<12} {spec.description}")
+
+
+@datasets_group.command("export")
+@click.argument("name")
+@click.option("--output", "-o", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="Folder to write answers.csv, truth.csv and SOURCE.md into.")
+def datasets_export(name: str, output: str) -> None:
+    """Write dataset NAME's raw files (answers, truths, provenance) to a folder."""
+    for path in datasets_mod.export(name, output):
+        click.echo(str(path))
+
+
+DEMO_METHODS = ("mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc")
+
+
+@cli.command()
+@click.option("--dataset", default="duchenne", show_default=True,
+              help="A bundled categorical dataset.")
+def demo(dataset: str) -> None:
+    """Aggregate a bundled real dataset with several methods and print accuracy.
+
+    Perturbation on the workers' side comes with the mechanisms; until then the demo aggregates
+    the answers as collected.
+    """
+    data = datasets_mod.load(dataset)
+    answers, truth = data.answers, data.truth
+    if not answers.is_categorical:
+        raise ValidationError(f"The demo needs a categorical dataset; {dataset!r} is numeric.")
+    click.echo(f"{dataset}: {answers.n_answers} answers, {answers.n_tasks} tasks, "
+               f"{answers.n_workers} workers, {len(truth)} expert truths")
+    for note in answers.notes:
+        click.echo(f"  note: {note}")
+    click.echo(f"{'method':<12} {'accuracy':>9} {'iters':>6} {'seconds':>8}")
+    for method in DEMO_METHODS:
+        if method == "lc" and answers.n_labels != 2:
+            continue
+        start = time.perf_counter()
+        estimator = make_estimator(method).fit(answers)
+        elapsed = time.perf_counter() - start
+        acc = evaluate(estimator.truths_, truth)["accuracy"]
+        click.echo(f"{method:<12} {acc:>9.4f} {estimator.n_iter_:>6d} {elapsed:>8.3f}")
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    click.echo(f"privtd: warning: {message}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning every expected failure into one line and exit code 2."""
+    warnings.showwarning = _show_warning
+    try:
+        cli.main(args=argv, prog_name="privtd", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted")
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except PrivtdError as exc:
+        _fail(str(exc))
+    except (OSError, pd.errors.ParserError) as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    except MemoryError:
+        _fail("out of memory; try a smaller input or a machine with more memory")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

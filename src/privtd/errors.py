@@ -1,0 +1,50 @@
+"""Every error and warning privtd raises.
+
+Messages follow one pattern: what was wrong, what was given, what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PrivtdError",
+    "SchemaError",
+    "ValidationError",
+    "NotFittedError",
+    "BudgetExceededError",
+    "ConvergenceWarning",
+    "PrivacyLeakWarning",
+]
+
+
+class PrivtdError(Exception):
+    """Base class of every privtd error; the CLI prints its message without a traceback."""
+
+
+class SchemaError(PrivtdError, KeyError):
+    """A table lacks a required column, or names one twice.
+
+    Subclasses ``KeyError`` so callers that catch a missing column keep working.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ValidationError(PrivtdError, ValueError):
+    """A value, a parameter or the shape of the data is not acceptable."""
+
+
+class NotFittedError(PrivtdError, AttributeError):
+    """A fitted attribute was read before ``fit`` was called."""
+
+
+class BudgetExceededError(PrivtdError):
+    """A perturbation would take a worker past their privacy budget; nothing was sent."""
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative estimator stopped at ``max_iter`` before meeting ``tol``."""
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A configuration gives weaker protection than a user would likely assume."""

@@ -1,0 +1,47 @@
+"""Measuring inferred truths against known ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .errors import ValidationError
+
+__all__ = ["evaluate"]
+
+
+def evaluate(truths: pd.Series, reference: pd.Series, *, kind: str = "auto") -> dict[str, float]:
+    """Compare inferred ``truths`` with ``reference`` truths on the tasks they share.
+
+    Categorical: ``accuracy`` and ``error_rate``. Numeric: ``mae`` and ``rmse``. Both report
+    ``n_evaluated`` (tasks with a reference truth and an inferred one) and ``n_missing``
+    (reference tasks that got no inferred truth).
+    """
+    if reference.index.has_duplicates:
+        raise ValidationError(
+            f"The reference names task {reference.index[reference.index.duplicated()][0]!r} twice."
+        )
+    common = reference.index.intersection(truths.index)
+    if len(common) == 0:
+        raise ValidationError(
+            "No task has both an inferred truth and a reference truth; check that the task ids match."
+        )
+    inferred, ref = truths.loc[common], reference.loc[common]
+    if kind == "auto":
+        # Float on either side means numbers; labels (int, str, bool) compare for equality.
+        both_numeric = all(pd.api.types.is_numeric_dtype(s.dtype) for s in (ref, inferred))
+        any_float = any(pd.api.types.is_float_dtype(s.dtype) for s in (ref, inferred))
+        kind = "numeric" if both_numeric and any_float else "categorical"
+    out: dict[str, float] = {
+        "n_evaluated": float(len(common)),
+        "n_missing": float(len(reference) - len(common)),
+    }
+    if kind == "numeric":
+        err = inferred.to_numpy(dtype=float) - ref.to_numpy(dtype=float)
+        out["mae"] = float(np.mean(np.abs(err)))
+        out["rmse"] = float(np.sqrt(np.mean(err**2)))
+    else:
+        same = inferred.astype(str).to_numpy() == ref.astype(str).to_numpy()
+        out["accuracy"] = float(same.mean())
+        out["error_rate"] = 1.0 - out["accuracy"]
+    return out

@@ -1,0 +1,60 @@
+"""The server's side: truth inference on (possibly perturbed) answers.
+
+Every estimator follows one contract (``fit(answers, *, gold=None) -> self``, results in
+attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ValidationError
+from ._base import Estimator
+from .catd import CATD
+from .crh import CRH
+from .dawid_skene import DawidSkene
+from .gtm import GTM
+from .latent_class import LatentClass
+from .majority_vote import MajorityVote
+from .mean_median import Mean, Median
+from .one_coin_dawid_skene import OneCoinDawidSkene
+from .private_dawid_skene import PrivateDawidSkene
+from .raykar import Raykar
+from .weighted_average import WeightedAverage
+from .weighted_vote import WeightedVote
+
+__all__ = [
+    "Estimator", "MajorityVote", "WeightedVote", "CRH", "CATD", "GTM", "DawidSkene",
+    "OneCoinDawidSkene", "LatentClass", "Raykar", "WeightedAverage", "Mean", "Median",
+    "PrivateDawidSkene", "METHODS", "make_estimator",
+]
+
+METHODS: dict[str, type[Estimator]] = {
+    "mv": MajorityVote,
+    "wv": WeightedVote,
+    "crh": CRH,
+    "catd": CATD,
+    "gtm": GTM,
+    "ds": DawidSkene,
+    "one-coin-ds": OneCoinDawidSkene,
+    "lc": LatentClass,
+    "raykar": Raykar,
+    "sigma": WeightedAverage,
+    "mean": Mean,
+    "median": Median,
+    "private-ds": PrivateDawidSkene,
+}
+
+
+def make_estimator(method: str, **params: Any) -> Estimator:
+    """Build the estimator for a method name, passing ``params`` to its constructor."""
+    try:
+        cls = METHODS[method]
+    except KeyError:
+        raise ValidationError(
+            f"Unknown method {method!r}. Choose one of {', '.join(METHODS)}."
+        ) from None
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ValidationError(f"Bad parameter for method {method!r}: {exc}.") from None

@@ -1,0 +1,213 @@
+"""The estimator contract every truth-inference algorithm follows (see STYLE.md, Estimators)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..answers import Answers, as_answers
+from ..errors import ConvergenceWarning, NotFittedError, ValidationError
+
+GoldLike = pd.Series | Mapping[Hashable, Any] | None
+
+
+class Gold:
+    """Gold truths for some tasks, coded against one :class:`Answers`."""
+
+    __slots__ = ("index", "value")
+
+    def __init__(self, index: np.ndarray, value: np.ndarray) -> None:
+        self.index = index
+        self.value = value
+
+    @classmethod
+    def encode(cls, answers: Answers, gold: GoldLike) -> Gold | None:
+        if gold is None:
+            return None
+        series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
+        if series.empty:
+            return None
+        if series.index.has_duplicates:
+            dup = series.index[series.index.duplicated()][0]
+            raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
+        if series.isna().any():
+            raise ValidationError(
+                f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
+                "Drop it or fill it."
+            )
+        index = answers.encode_tasks(series.index, "gold")
+        if answers.is_categorical:
+            value = answers.encode_labels(series.to_numpy(), "gold")
+        else:
+            try:
+                value = series.to_numpy(dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise ValidationError("gold truths for numeric answers must be numbers.") from exc
+        return cls(index, value)
+
+
+class Estimator(ABC):
+    """Base class: ``fit(answers, *, gold=None) -> self``; results in attributes ending in ``_``.
+
+    Fitted attributes
+    -----------------
+    truths_ : Series
+        The inferred truth per task, indexed by task id, in the answers' original labels.
+    probas_ : DataFrame or None
+        Posterior per task and label (categorical models that have one).
+    weights_ : DataFrame
+        Per worker: ``weight`` (the model's quality score), ``n_answers`` and model-specific
+        columns (accuracy, sensitivity, variance, ...).
+    n_iter_ : int
+    converged_ : bool
+    objective_ : ndarray
+        The objective after each iteration (what it is, is stated per estimator).
+    """
+
+    kinds: ClassVar[tuple[str, ...]] = ("categorical",)
+    iterative: ClassVar[bool] = False
+    #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress bar).
+    progress: Callable[[int, int], None] | None = None
+
+    # ---------------------------------------------------------------- public API
+    def fit(self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None) -> Estimator:
+        ans = as_answers(answers)
+        if ans.kind not in self.kinds:
+            raise ValidationError(
+                f"{type(self).__name__} takes {' or '.join(self.kinds)} answers; these are "
+                f"{ans.kind}. Pick another method or recode the answers (kind=...)."
+            )
+        self._validate_params()
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
+        self._answers = ans
+        self._fit(ans, Gold.encode(ans, gold))
+        return self
+
+    def fit_predict(self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None) -> pd.Series:
+        return self.fit(answers, gold=gold).truths_
+
+    def fit_predict_proba(
+        self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None
+    ) -> pd.DataFrame:
+        self.fit(answers, gold=gold)
+        if self.probas_ is None:
+            raise ValidationError(f"{type(self).__name__} has no per-task probabilities.")
+        return self.probas_
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            k: v for k, v in vars(self).items()
+            if not k.endswith("_") and not k.startswith("_") and k != "progress"
+        }
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: a fitted attribute read before fit.
+        if name.endswith("_") and not name.startswith("_"):
+            raise NotFittedError(
+                f"{type(self).__name__}.{name} is not available: call fit(answers) first."
+            )
+        raise AttributeError(name)
+
+    # ---------------------------------------------------------------- for subclasses
+    @abstractmethod
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        """Fit on coded answers and call :meth:`_set_results`."""
+
+    def _validate_params(self) -> None:
+        """Check parameters at fit time (``__init__`` only stores them)."""
+        params = self.get_params()
+        if "max_iter" in params:
+            _check_int(type(self).__name__, "max_iter", params["max_iter"], low=1)
+        if "tol" in params:
+            _check_float(type(self).__name__, "tol", params["tol"], low=0.0)
+
+    def _tick(self, n_iter: int) -> None:
+        if self.progress is not None:
+            self.progress(n_iter, int(getattr(self, "max_iter", 1)))
+
+    def _set_results(
+        self,
+        answers: Answers,
+        truth: np.ndarray,
+        *,
+        proba: np.ndarray | None = None,
+        weight: np.ndarray | None = None,
+        worker_columns: Mapping[str, np.ndarray] | None = None,
+        n_iter: int = 1,
+        converged: bool = True,
+        objective: list[float] | np.ndarray | None = None,
+    ) -> None:
+        """Map code-level results back to the original ids and labels, once."""
+        if answers.labels is not None:
+            self.truths_ = pd.Series(answers.labels.take(truth), index=answers.tasks, name="truth")
+            self.probas_ = (
+                None if proba is None
+                else pd.DataFrame(proba, index=answers.tasks, columns=answers.labels)
+            )
+        else:
+            self.truths_ = pd.Series(truth, index=answers.tasks, name="truth")
+            self.probas_ = None
+        self._truth_codes = truth
+        self._proba = proba
+        columns: dict[str, np.ndarray] = {
+            "weight": np.ones(answers.n_workers) if weight is None else weight,
+            "n_answers": answers.worker_counts(),
+        }
+        columns.update(worker_columns or {})
+        self.weights_ = pd.DataFrame(columns, index=answers.workers)
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        self.objective_ = np.asarray(objective if objective is not None else [], dtype=float)
+        if self.iterative and not converged:
+            warnings.warn(
+                f"{type(self).__name__} stopped at max_iter={n_iter} before the change fell "
+                f"below tol={getattr(self, 'tol', None)}; raise max_iter or tol.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+
+def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> None:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or (
+        low is not None and value < low
+    ):
+        raise ValidationError(
+            f"The '{name}' parameter of {owner} must be an int >= {low}. Got {value!r}."
+        )
+
+
+def _check_float(
+    owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
+    low_open: bool = False, high_open: bool = False,
+) -> None:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        rng = f"{lo}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{hi}"
+        raise ValidationError(
+            f"The '{name}' parameter of {owner} must be a float in {rng}. Got {value!r}."
+        )
+
+
+def _check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValidationError(
+            f"The '{name}' parameter of {owner} must be one of "
+            f"{', '.join(map(repr, choices))}. Got {value!r}."
+        )

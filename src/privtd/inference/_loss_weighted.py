@@ -1,0 +1,141 @@
+"""The loop shared by truth-discovery methods that alternate 'weights from losses' and
+'truths from weights': CRH, CATD, Raykar's real-valued model and P3's Algorithm 1.
+
+Each subclass says which loss it uses and how a worker's summed loss becomes a weight.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from .._rng import RNGLike
+from ..answers import Answers
+from ._base import Estimator, Gold, _check_choice
+from ._ops import SortedByTask, argmax_ties, vote_matrix, weighted_mean
+
+_FLOOR = 1e-12
+
+
+class LossWeightedEstimator(Estimator):
+    """Alternate a weight step and a truth step until the truths stop changing.
+
+    Stopping rule: numeric answers stop when the largest absolute change of any task's truth
+    (the max norm) is below ``tol``; categorical answers stop when the number of tasks whose
+    label changed is at most ``tol`` (so the default waits for no change at all).
+    ``objective_`` records ``sum_u weight_u * loss_u`` after each weight step.
+    """
+
+    kinds = ("categorical", "numeric")
+    iterative = True
+    #: "squared" or "absolute" for numeric answers; categorical answers always use 0-1 loss.
+    numeric_loss: str = "squared"
+    #: Divide numeric losses by each task's answer standard deviation (CRH does, CATD does not).
+    normalize_by_std: bool = False
+    #: How numeric answers start: "median" or "mean".
+    init: str = "median"
+
+    max_iter: int
+    tol: float
+    tie_break: str
+    rng: RNGLike
+
+    @abstractmethod
+    def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Per-worker weight from the per-worker summed loss and answer count."""
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if hasattr(self, "tie_break"):
+            _check_choice(type(self).__name__, "tie_break", self.tie_break, ("first", "random"))
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        if answers.is_categorical:
+            self._fit_categorical(answers, gold)
+        else:
+            self._fit_numeric(answers, gold)
+
+    def _fit_categorical(self, answers: Answers, gold: Gold | None) -> None:
+        t, w, x = answers.task, answers.worker, answers.value
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        counts = answers.worker_counts()
+        tie_break = getattr(self, "tie_break", "first")
+        rng = getattr(self, "rng", None)
+        votes = vote_matrix(t, x, n_t, k)
+        truth = argmax_ties(votes, tie_break, rng)
+        if gold is not None:
+            truth[gold.index] = gold.value
+        objective: list[float] = []
+        converged = False
+        weight = np.ones(n_w)
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - n_iter is read after the loop
+            self._tick(n_iter)
+            loss = np.bincount(w, weights=truth[t] != x, minlength=n_w)
+            weight = self._weights(loss, counts)
+            objective.append(float(weight @ loss))
+            votes = vote_matrix(t, x, n_t, k, weight[w])
+            new = argmax_ties(votes, tie_break, rng)
+            if gold is not None:
+                new[gold.index] = gold.value
+            changed = int((new != truth).sum())
+            truth = new
+            if changed <= self.tol:
+                converged = True
+                break
+        total = votes.sum(axis=1, keepdims=True)
+        proba = np.divide(votes, total, out=np.full_like(votes, 1.0 / k), where=total > 0)
+        self._set_results(
+            answers, truth, proba=proba, weight=weight, n_iter=n_iter, converged=converged,
+            objective=objective, worker_columns={"loss": loss},
+        )
+
+    def _fit_numeric(self, answers: Answers, gold: Gold | None) -> None:
+        t, w, x = answers.task, answers.worker, answers.value
+        n_t, n_w = answers.n_tasks, answers.n_workers
+        counts = answers.worker_counts()
+        sorted_ = SortedByTask(t, x, n_t) if (self.init == "median" or self.numeric_loss == "absolute") else None
+        if self.init == "median":
+            assert sorted_ is not None
+            truth = sorted_.median()
+        else:
+            truth = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
+        if gold is not None:
+            truth[gold.index] = gold.value
+        scale = None
+        if self.normalize_by_std:
+            n_q = answers.task_counts()
+            mean = np.bincount(t, weights=x, minlength=n_t) / n_q
+            var = np.bincount(t, weights=(x - mean[t]) ** 2, minlength=n_t) / n_q
+            scale = np.maximum(np.sqrt(var), _FLOOR)
+        objective: list[float] = []
+        converged = False
+        weight = np.ones(n_w)
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            self._tick(n_iter)
+            resid = x - truth[t]
+            d = resid * resid if self.numeric_loss == "squared" else np.abs(resid)
+            if scale is not None:
+                d = d / scale[t]
+            loss = np.bincount(w, weights=d, minlength=n_w)
+            weight = self._weights(loss, counts)
+            objective.append(float(weight @ loss))
+            per_answer = weight[w]
+            if self.numeric_loss == "squared":
+                new = weighted_mean(t, x, per_answer, n_t)
+            else:
+                assert sorted_ is not None
+                new = sorted_.weighted_median(per_answer)
+            if gold is not None:
+                new[gold.index] = gold.value
+            change = float(np.max(np.abs(new - truth)))
+            truth = new
+            if change < self.tol:
+                converged = True
+                break
+        self._set_results(
+            answers, truth, weight=weight, n_iter=n_iter, converged=converged,
+            objective=objective, worker_columns={"loss": loss},
+        )

@@ -1,0 +1,106 @@
+"""Vectorised building blocks shared by the estimators: scatter-adds over integer codes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._rng import RNGLike, check_rng
+
+
+def vote_matrix(
+    task: np.ndarray, value: np.ndarray, n_tasks: int, n_labels: int,
+    weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """``M[t, k] = sum of weight over answers to task t with label k`` (one bincount)."""
+    flat = task.astype(np.int64) * n_labels + value
+    counts = np.bincount(flat, weights=weight, minlength=n_tasks * n_labels)
+    return counts.reshape(n_tasks, n_labels).astype(np.float64, copy=False)
+
+
+def argmax_ties(scores: np.ndarray, tie_break: str = "first", rng: RNGLike = None) -> np.ndarray:
+    """Row argmax; ties go to the smallest code ("first") or uniformly at random ("random")."""
+    if tie_break == "first":
+        return scores.argmax(axis=1)
+    gen = check_rng(rng)
+    top = scores.max(axis=1, keepdims=True)
+    # Weighted votes are float sums, so "tied" means equal up to rounding.
+    tied = scores >= top - 1e-9 * np.maximum(np.abs(top), 1.0)
+    keys = gen.random(scores.shape) * tied
+    return keys.argmax(axis=1)
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """Row softmax in place (stable: subtract the row max first); returns the array."""
+    logits -= logits.max(axis=1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= logits.sum(axis=1, keepdims=True)
+    return logits
+
+
+def logsumexp_rows(logits: np.ndarray) -> np.ndarray:
+    top = logits.max(axis=1)
+    return top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+
+
+def segment_sum(index: np.ndarray, weight: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(index, weights=weight, minlength=n)
+
+
+def weighted_mean(
+    task: np.ndarray, value: np.ndarray, weight_per_answer: np.ndarray, n_tasks: int
+) -> np.ndarray:
+    """Per task ``sum(w x) / sum(w)``; a task whose weights sum to 0 gets the plain mean."""
+    num = np.bincount(task, weights=weight_per_answer * value, minlength=n_tasks)
+    den = np.bincount(task, weights=weight_per_answer, minlength=n_tasks)
+    bad = ~(den > 0)
+    if bad.any():
+        plain = np.bincount(task, weights=value, minlength=n_tasks) / np.maximum(
+            np.bincount(task, minlength=n_tasks), 1
+        )
+        num = np.where(bad, plain, num)
+        den = np.where(bad, 1.0, den)
+    return num / den
+
+
+class SortedByTask:
+    """Answers sorted once by (task, value), for weighted medians and per-task medians.
+
+    The order never changes across iterations (only the weights do), so the sort is paid once.
+    """
+
+    def __init__(self, task: np.ndarray, value: np.ndarray, n_tasks: int) -> None:
+        self.order = np.lexsort((value, task))
+        self.task = task[self.order]
+        self.value = value[self.order]
+        counts = np.bincount(task, minlength=n_tasks)
+        self.start = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self.counts = counts
+        self.n_tasks = n_tasks
+
+    def weighted_median(self, weight_per_answer: np.ndarray) -> np.ndarray:
+        """First value per task where the cumulative weight reaches half the task's total.
+
+        ``weight_per_answer`` must be non-negative.
+        """
+        w = weight_per_answer[self.order]
+        cum = np.cumsum(w)
+        total = np.bincount(self.task, weights=w, minlength=self.n_tasks)
+        before = np.concatenate(([0.0], cum))[self.start]
+        within = cum - before[self.task]
+        reached = within >= 0.5 * total[self.task] - 1e-12 * np.abs(total[self.task])
+        # Weights are non-negative, so within a task "reached" is False...False True...True and
+        # the first True sits after the task's count of False: one bincount, no per-task loop.
+        n_before = np.bincount(self.task, weights=~reached, minlength=self.n_tasks).astype(np.int64)
+        # Float round-off in the global cumsum can leave the last answer just short of half.
+        first = np.minimum(self.start + n_before, self.start + self.counts - 1)
+        # A task whose weights are all zero falls back to its plain median.
+        none = ~(total > 0)
+        if none.any():
+            first[none] = self.start[none] + (self.counts[none] - 1) // 2
+        return self.value[first]
+
+    def median(self) -> np.ndarray:
+        """Per-task median (mean of the two middle values for even counts)."""
+        lo = self.start + (self.counts - 1) // 2
+        hi = self.start + self.counts // 2
+        return 0.5 * (self.value[lo] + self.value[hi])

@@ -1,0 +1,95 @@
+"""The binary two-coin latent class model (Raykar et al. 2010 without features; SPEC A7).
+
+P2's main model: the secure protocol splits exactly these E- and M-steps between parties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from ..answers import Answers
+from ..errors import ValidationError
+from ._base import Estimator, Gold, _check_float
+
+
+class LatentClass(Estimator):
+    """Two-coin model: sensitivity ``alpha_u = P(x=1 | y=1)``, specificity ``beta_u = P(x=0 | y=0)``
+    and prior ``p = P(y=1)`` (SPEC A7). The positive class is the second label in sorted order
+    (``1`` for 0/1 labels, ``True`` for booleans).
+
+    Start: ``mu_q`` = fraction of positive votes. Then M-step, E-step
+    ``mu_q = sigmoid(logit p + log a_q - log b_q)``, until the largest change of any ``mu_q`` is
+    below ``tol``. ``alpha``, ``beta`` and ``p`` are clipped to ``[eta, 1 - eta]`` (default 1e-6).
+    ``objective_`` is the log-likelihood ``sum_q log(p a_q + (1 - p) b_q)``.
+    """
+
+    iterative = True
+
+    def __init__(self, max_iter: int = 100, tol: float = 1e-6, eta: float = 1e-6) -> None:
+        self.max_iter = max_iter
+        self.tol = tol
+        self.eta = eta
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        _check_float("LatentClass", "eta", self.eta, 0.0, 0.5, low_open=True, high_open=True)
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        if answers.n_labels != 2:
+            raise ValidationError(
+                f"LatentClass is binary; these answers have {answers.n_labels} labels "
+                f"{list(answers.labels)}. Use DawidSkene (method 'ds') for more labels."
+            )
+        t, w = answers.task, answers.worker
+        x = answers.value.astype(np.float64)
+        n_t, n_w = answers.n_tasks, answers.n_workers
+        mu = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
+        if gold is not None:
+            mu[gold.index] = gold.value
+        objective: list[float] = []
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            self._tick(n_iter)
+            sens, spec, prior = self.m_step(mu, t, w, x, n_w)
+            log_a, log_b = self.e_step_sums(sens, spec, t, w, x, n_t)
+            logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
+            objective.append(float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum()))
+            new = expit(logit)
+            if gold is not None:
+                new[gold.index] = gold.value
+            change = float(np.max(np.abs(new - mu)))
+            mu = new
+            if change < self.tol:
+                converged = True
+                break
+        sens, spec, prior = self.m_step(mu, t, w, x, n_w)
+        self.prior_ = prior
+        proba = np.column_stack([1.0 - mu, mu])
+        self._set_results(
+            answers, (mu >= 0.5).astype(np.int64), proba=proba, weight=0.5 * (sens + spec),
+            n_iter=n_iter, converged=converged, objective=objective,
+            worker_columns={"sensitivity": sens, "specificity": spec},
+        )
+
+    def m_step(
+        self, mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_w: int
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per-worker sensitivity and specificity, and the class prior, from posteriors ``mu``."""
+        m = mu[t]
+        pos = np.bincount(w, weights=m, minlength=n_w)
+        neg = np.bincount(w, weights=1.0 - m, minlength=n_w)
+        sens = np.bincount(w, weights=m * x, minlength=n_w) / np.maximum(pos, 1e-300)
+        spec = np.bincount(w, weights=(1.0 - m) * (1.0 - x), minlength=n_w) / np.maximum(neg, 1e-300)
+        lo, hi = self.eta, 1.0 - self.eta
+        return np.clip(sens, lo, hi), np.clip(spec, lo, hi), float(np.clip(mu.mean(), lo, hi))
+
+    @staticmethod
+    def e_step_sums(
+        sens: np.ndarray, spec: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_t: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``log a_q`` and ``log b_q``: the sums the secure protocol computes (SPEC B2.1 step 3)."""
+        a = x * np.log(sens)[w] + (1.0 - x) * np.log1p(-sens)[w]
+        b = (1.0 - x) * np.log(spec)[w] + x * np.log1p(-spec)[w]
+        return np.bincount(t, weights=a, minlength=n_t), np.bincount(t, weights=b, minlength=n_t)

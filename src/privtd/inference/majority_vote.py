@@ -1,0 +1,45 @@
+"""Majority vote (SPEC A1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._rng import RNGLike
+from ..answers import Answers
+from ._base import Estimator, Gold, _check_choice
+from ._ops import argmax_ties, vote_matrix
+
+
+class MajorityVote(Estimator):
+    """The most frequent answer per task (SPEC A1, P0 Eq. 1).
+
+    Parameters
+    ----------
+    tie_break : {"first", "random"}
+        "first" (default) gives a tie to the smallest label, deterministically; "random" picks
+        uniformly among the tied labels with ``rng``, as the reference implementations do.
+    rng : Generator, int or None
+        Only used when ``tie_break="random"``.
+
+    ``probas_`` holds the vote shares; ``weights_["agreement"]`` is each worker's fraction of
+    answers equal to the majority.
+    """
+
+    def __init__(self, tie_break: str = "first", rng: RNGLike = None) -> None:
+        self.tie_break = tie_break
+        self.rng = rng
+
+    def _validate_params(self) -> None:
+        _check_choice("MajorityVote", "tie_break", self.tie_break, ("first", "random"))
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)
+        proba = votes / votes.sum(axis=1, keepdims=True)
+        if gold is not None:
+            proba[gold.index] = np.eye(answers.n_labels)[gold.value]
+        truth = argmax_ties(proba, self.tie_break, self.rng)
+        agree = np.bincount(
+            answers.worker, weights=truth[answers.task] == answers.value,
+            minlength=answers.n_workers,
+        ) / answers.worker_counts()
+        self._set_results(answers, truth, proba=proba, worker_columns={"agreement": agree})

@@ -1,0 +1,34 @@
+"""Per-task mean and median of numeric answers (SPEC A1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..answers import Answers
+from ._base import Estimator, Gold
+from ._ops import SortedByTask
+
+
+class Mean(Estimator):
+    """The plain mean of the answers to each task."""
+
+    kinds = ("numeric",)
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        counts = answers.task_counts()
+        truth = np.bincount(answers.task, weights=answers.value, minlength=answers.n_tasks) / counts
+        if gold is not None:
+            truth[gold.index] = gold.value
+        self._set_results(answers, truth)
+
+
+class Median(Estimator):
+    """The median of the answers to each task (mean of the two middle ones for an even count)."""
+
+    kinds = ("numeric",)
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        truth = SortedByTask(answers.task, answers.value, answers.n_tasks).median()
+        if gold is not None:
+            truth[gold.index] = gold.value
+        self._set_results(answers, truth)

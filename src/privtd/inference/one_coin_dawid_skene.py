@@ -1,0 +1,70 @@
+"""One-coin Dawid-Skene: one accuracy per worker (SPEC A6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..answers import Answers
+from ._base import Estimator, Gold
+from ._ops import logsumexp_rows, softmax_rows, vote_matrix
+from .dawid_skene import EPS, fix_gold, soft_majority
+
+
+class OneCoinDawidSkene(Estimator):
+    """Dawid-Skene where worker ``u`` answers correctly with probability ``s_u`` and otherwise
+    uniformly among the other ``K - 1`` labels (SPEC A6, as crowd-kit's ``OneCoinDawidSkene``).
+
+    M-step: ``s_u`` is the mean posterior mass of the labels the worker gave; confusion entries
+    are clipped to ``[1e-10, 1 - 1e-10]``. The class prior is updated every iteration. Because the
+    confusion is one-coin, the E-step needs only two scatter-adds: a per-task constant
+    ``sum_u log((1 - s_u) / (K - 1))`` and a weighted vote with the per-worker log-odds.
+
+    Stopping rule and ``objective_``: as :class:`DawidSkene` (log-likelihood per answer).
+    ``weights_["weight"]`` is the accuracy ``s_u``; ``weights_["log_odds"]`` the vote weight.
+    """
+
+    iterative = True
+
+    def __init__(self, max_iter: int = 100, tol: float = 1e-5) -> None:
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        t, w, x = answers.task, answers.worker, answers.value
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        counts = answers.worker_counts()
+        mu = soft_majority(answers, gold)
+        prior = mu.mean(axis=0)
+        skill = self._m_step(mu, t, w, x, counts, n_w)
+        objective: list[float] = []
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            self._tick(n_iter)
+            log_right = np.log(np.clip(skill, EPS, 1 - EPS))
+            log_wrong = np.log(np.clip((1 - skill) / (k - 1), EPS, 1 - EPS))
+            log_rho = vote_matrix(t, x, n_t, k, (log_right - log_wrong)[w])
+            log_rho += np.bincount(t, weights=log_wrong[w], minlength=n_t)[:, None]
+            log_rho += np.log(np.maximum(prior, EPS))
+            objective.append(float(logsumexp_rows(log_rho).sum()) / answers.n_answers)
+            mu = fix_gold(softmax_rows(log_rho), gold)
+            prior = mu.mean(axis=0)
+            skill = self._m_step(mu, t, w, x, counts, n_w)
+            if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
+                converged = True
+                break
+        self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
+        log_odds = np.log(np.clip(skill, EPS, 1 - EPS)) - np.log(
+            np.clip((1 - skill) / (k - 1), EPS, 1 - EPS)
+        )
+        self._set_results(
+            answers, mu.argmax(axis=1), proba=mu, weight=skill, n_iter=n_iter,
+            converged=converged, objective=objective, worker_columns={"log_odds": log_odds},
+        )
+
+    @staticmethod
+    def _m_step(
+        mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, counts: np.ndarray, n_w: int
+    ) -> np.ndarray:
+        return np.bincount(w, weights=mu[t, x], minlength=n_w) / counts

@@ -1,0 +1,44 @@
+"""Raykar et al.'s real-valued model without features, and P2's regularised variant (SPEC A8)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import _check_choice, _check_float
+from ._loss_weighted import LossWeightedEstimator
+
+
+class Raykar(LossWeightedEstimator):
+    """Answers ``x_uq ~ N(y_q, 1 / tau_u)``; EM alternates precision-weighted means and precisions.
+
+    With ``gamma`` (P2 appendix 1.2) the effective precision is ``lambda_u = 1 / (1/tau_u + 1/gamma)``,
+    capped at ``gamma``; we set ``lambda_u = min(1 / mean_sq_residual_u, gamma)`` (SPEC A8, our
+    reading [U]), which also handles workers with zero residual. Without ``gamma`` a zero residual
+    is floored at 1e-12.
+
+    ``weights_["weight"]`` is the precision used in the truth step.
+    """
+
+    kinds = ("numeric",)
+    numeric_loss = "squared"
+
+    def __init__(
+        self, gamma: float | None = None, init: str = "mean", max_iter: int = 100,
+        tol: float = 1e-6,
+    ) -> None:
+        self.gamma = gamma
+        self.init = init
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        _check_choice("Raykar", "init", self.init, ("mean", "median"))
+        if self.gamma is not None:
+            _check_float("Raykar", "gamma", self.gamma, 0.0, low_open=True)
+
+    def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        precision = 1.0 / np.maximum(loss / counts, 1e-12)
+        if self.gamma is not None:
+            precision = np.minimum(precision, self.gamma)
+        return precision
