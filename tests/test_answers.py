@@ -68,7 +68,9 @@ def test_float_answers_are_numeric_and_range_is_checked():
     data = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "answer": [0.5, 2.5]})
     ans = Answers.from_frame(data, value_range=(0, 3))
     assert ans.kind == "numeric" and ans.value_range == (0.0, 3.0)
-    with pytest.raises(ValidationError, match=r"outside the declared range \[0.0, 2.0\].*2.5 at row 1"):
+    with pytest.raises(
+        ValidationError, match=r"outside the declared range \[0.0, 2.0\].*2.5 at row 1"
+    ):
         Answers.from_frame(data, value_range=(0, 2))
     ints = pd.DataFrame({"task": [1, 1], "worker": ["a", "b"], "answer": [3, 4]})
     assert Answers.from_frame(ints, kind="numeric").kind == "numeric"
@@ -95,7 +97,9 @@ def test_declared_labels_keep_unseen_and_reject_unknown():
 
 def test_missing_values_error_or_drop_with_note():
     rows = BASIC + [("t4", "w1", None)]
-    with pytest.raises(ValidationError, match=r"1 row\(s\).*row 4.*\['answer'\].*on_missing='drop'"):
+    with pytest.raises(
+        ValidationError, match=r"1 row\(s\).*row 4.*\['answer'\].*on_missing='drop'"
+    ):
         Answers.from_frame(frame(rows))
     ans = Answers.from_frame(frame(rows), on_missing="drop")
     assert ans.n_answers == 4
@@ -171,8 +175,9 @@ def test_wide_rejects_repeated_worker_column():
 
 
 def test_csv_and_parquet_round_trip(tmp_path):
-    ids = pd.DataFrame({"task": ["007", "007", "8"], "worker": ["01", "02", "01"],
-                        "answer": [1, 0, 1]})
+    ids = pd.DataFrame(
+        {"task": ["007", "007", "8"], "worker": ["01", "02", "01"], "answer": [1, 0, 1]}
+    )
     path = tmp_path / "a.csv"
     ids.to_csv(path, index=False)
     ans = Answers.from_csv(str(path))

@@ -116,7 +116,9 @@ def test_one_task(method, kind):
 @pytest.mark.parametrize("coding", ["int", "bool", "str"])
 def test_label_types_give_the_same_truths(method, coding):
     data = toy("categorical")
-    mapping = {"int": {0: 10, 1: 20}, "bool": {0: False, 1: True}, "str": {0: "no", 1: "yes"}}[coding]
+    mapping = {"int": {0: 10, 1: 20}, "bool": {0: False, 1: True}, "str": {0: "no", 1: "yes"}}[
+        coding
+    ]
     recoded = data.assign(answer=data["answer"].map(mapping))
     base = fit(method, data).truths_
     other = fit(method, recoded).truths_

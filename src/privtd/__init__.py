@@ -22,7 +22,18 @@ from .inference import METHODS, make_estimator
 __version__ = "0.1.0"
 
 __all__ = [
-    "Answers", "as_answers", "datasets", "inference", "evaluate", "METHODS", "make_estimator",
-    "SchemaError", "ValidationError", "NotFittedError", "BudgetExceededError",
-    "ConvergenceWarning", "PrivacyLeakWarning", "__version__",
+    "Answers",
+    "as_answers",
+    "datasets",
+    "inference",
+    "evaluate",
+    "METHODS",
+    "make_estimator",
+    "SchemaError",
+    "ValidationError",
+    "NotFittedError",
+    "BudgetExceededError",
+    "ConvergenceWarning",
+    "PrivacyLeakWarning",
+    "__version__",
 ]

@@ -31,8 +31,7 @@ _KINDS = ("auto", "categorical", "numeric")
 def _check_choice(name: str, value: object, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValidationError(
-            f"The '{name}' parameter must be one of {', '.join(map(repr, choices))}. "
-            f"Got {value!r}."
+            f"The '{name}' parameter must be one of {', '.join(map(repr, choices))}. Got {value!r}."
         )
 
 
@@ -123,8 +122,9 @@ class Answers:
 
     def __repr__(self) -> str:
         domain = (
-            f"labels={list(self.labels)!r}" if self.labels is not None else
-            f"numeric, range={self.value_range}"
+            f"labels={list(self.labels)!r}"
+            if self.labels is not None
+            else f"numeric, range={self.value_range}"
         )
         return (
             f"Answers({self.n_answers} answers, {self.n_tasks} tasks, "
@@ -235,8 +235,11 @@ class Answers:
         na = t_col.isna().to_numpy() | w_col.isna().to_numpy() | a_col.isna().to_numpy()
         if na.any():
             first = int(np.flatnonzero(na)[0])
-            where = [c for c, col in zip(wanted, (t_col, w_col, a_col), strict=True)
-                     if bool(col.isna().iloc[first])]
+            where = [
+                c
+                for c, col in zip(wanted, (t_col, w_col, a_col), strict=True)
+                if bool(col.isna().iloc[first])
+            ]
             if on_missing == "error":
                 raise ValidationError(
                     f"{int(na.sum())} row(s) have a missing task, worker or answer (first: row "
@@ -350,14 +353,20 @@ class Answers:
         )
 
     def with_values(self, value: np.ndarray) -> Answers:
-        """The same (task, worker) pairs with new answer codes or values, e.g. after perturbation."""
+        """The same (task, worker) pairs with new answer codes or values (after perturbation)."""
         if value.shape != self.value.shape:
             raise ValidationError(
                 f"with_values needs one value per answer ({self.n_answers}). Got {value.shape}."
             )
         return Answers(
-            self.task, self.worker, value, self.tasks, self.workers, self.labels,
-            self.value_range, self.notes,
+            self.task,
+            self.worker,
+            value,
+            self.tasks,
+            self.workers,
+            self.labels,
+            self.value_range,
+            self.notes,
         )
 
     def _apply_single_policy(self, axis: Literal["task", "worker"], policy: OnSingle) -> Answers:
@@ -395,7 +404,9 @@ class Answers:
             )
         return codes
 
-    def encode_labels(self, values: Sequence[Hashable] | pd.Index, what: str = "gold") -> np.ndarray:
+    def encode_labels(
+        self, values: Sequence[Hashable] | pd.Index, what: str = "gold"
+    ) -> np.ndarray:
         """Codes of the given labels; a label outside the answer domain is an error."""
         if self.labels is None:
             raise ValidationError(f"{what} labels apply to categorical answers only.")
@@ -435,7 +446,9 @@ def _resolve_kind(kind: str, col: pd.Series, labels: Sequence[Hashable] | None) 
     """True when the answers are numeric."""
     if kind == "numeric":
         if labels is not None:
-            raise ValidationError("labels applies to categorical answers; drop it for kind='numeric'.")
+            raise ValidationError(
+                "labels applies to categorical answers; drop it for kind='numeric'."
+            )
         return True
     if kind == "categorical" or labels is not None:
         return False
@@ -466,7 +479,9 @@ def _code_numeric(
                 f"value_range must be (low, high) numbers. Got {value_range!r}."
             ) from exc
         if not (np.isfinite(low) and np.isfinite(high) and low < high):
-            raise ValidationError(f"value_range must satisfy low < high, both finite. Got {value_range!r}.")
+            raise ValidationError(
+                f"value_range must satisfy low < high, both finite. Got {value_range!r}."
+            )
         out = (value < low) | (value > high)
         if out.any():
             row = int(np.flatnonzero(out)[0])
@@ -527,9 +542,13 @@ def _resolve_duplicates(
             "(CLI: --on-duplicate)."
         )
     if policy == "majority" and labels is None:
-        raise ValidationError("on_duplicate='majority' needs categorical answers; use 'mean' for numbers.")
+        raise ValidationError(
+            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers."
+        )
     if policy == "mean" and labels is not None:
-        raise ValidationError("on_duplicate='mean' needs numeric answers; use 'majority' for labels.")
+        raise ValidationError(
+            "on_duplicate='mean' needs numeric answers; use 'majority' for labels."
+        )
     if policy in ("first", "last"):
         keep = ~pd.Series(pair).duplicated(keep=policy).to_numpy()
         note = f"kept the {policy} of repeated answers, dropping {n_extra} row(s)"
@@ -542,7 +561,9 @@ def _resolve_duplicates(
         k = len(labels)
         counts = np.bincount(pair_codes.astype(np.int64) * k + value, minlength=n_pairs * k)
         merged = counts.reshape(n_pairs, k).argmax(axis=1).astype(value.dtype)
-        note = f"merged {n_extra} repeated answer(s) by per-pair majority (ties to the smallest label)"
+        note = (
+            f"merged {n_extra} repeated answer(s) by per-pair majority (ties to the smallest label)"
+        )
     else:
         sums = np.bincount(pair_codes, weights=value, minlength=n_pairs)
         merged = sums / np.bincount(pair_codes, minlength=n_pairs)

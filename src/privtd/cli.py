@@ -37,9 +37,9 @@ def _fail(message: str) -> None:
 
 def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
     target = Path(path)
-    if target.parent and not target.parent.exists():
+    if not target.resolve().parent.is_dir():
         raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.resolve().parent)
     try:
         with os.fdopen(fd, "w", newline="") as handle:
             frame.to_csv(handle, index=index)
@@ -101,7 +101,9 @@ def _read_truth_csv(path: str) -> pd.Series:
     except FileNotFoundError:
         raise ValidationError(f"No such file: {path!r}. Check the path.") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValidationError(f"Cannot parse {path!r} as CSV: {str(exc).splitlines()[0]}.") from None
+        raise ValidationError(
+            f"Cannot parse {path!r} as CSV: {str(exc).splitlines()[0]}."
+        ) from None
     missing = [c for c in ("task", "truth") if c not in frame.columns]
     if missing:
         raise ValidationError(
@@ -123,40 +125,102 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("answers", type=click.Path(dir_okay=False))
-@click.option("--method", "-m", required=True, type=click.Choice(list(METHODS)),
-              help="Inference method.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
-              help="CSV to write: task,truth.")
-@click.option("--workers-output", type=click.Path(dir_okay=False),
-              help="CSV to write per-worker weight, answer count and model columns.")
-@click.option("--probas-output", type=click.Path(dir_okay=False),
-              help="CSV to write per-task label probabilities (models that have them).")
-@click.option("--kind", type=click.Choice(["auto", "categorical", "numeric"]), default="auto",
-              show_default=True, help="Answer type; 'auto': floats are numeric, the rest labels.")
+@click.option(
+    "--method", "-m", required=True, type=click.Choice(list(METHODS)), help="Inference method."
+)
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CSV to write: task,truth.",
+)
+@click.option(
+    "--workers-output",
+    type=click.Path(dir_okay=False),
+    help="CSV to write per-worker weight, answer count and model columns.",
+)
+@click.option(
+    "--probas-output",
+    type=click.Path(dir_okay=False),
+    help="CSV to write per-task label probabilities (models that have them).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["auto", "categorical", "numeric"]),
+    default="auto",
+    show_default=True,
+    help="Answer type; 'auto': floats are numeric, the rest labels.",
+)
 @click.option("--task-col", default="task", show_default=True, help="Column holding task ids.")
-@click.option("--worker-col", default="worker", show_default=True, help="Column holding worker ids.")
-@click.option("--answer-col", default="answer", show_default=True,
-              help="Column holding answers ('label' is accepted when 'answer' is absent).")
-@click.option("--on-duplicate", type=click.Choice(["error", "first", "last", "majority", "mean"]),
-              default="error", show_default=True, help="Repeated (task, worker) pairs.")
-@click.option("--on-missing", type=click.Choice(["error", "drop"]), default="error",
-              show_default=True, help="Rows with a missing task, worker or answer.")
-@click.option("--gold", type=click.Path(dir_okay=False),
-              help="CSV task,truth of known truths, fixed during fitting.")
-@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE",
-              help="Estimator parameter, repeatable (e.g. -p max_iter=50 -p tol=1e-4).")
-@click.option("--progress/--no-progress", default=None,
-              help="Show a progress bar over iterations (default: when stderr is a terminal).")
+@click.option(
+    "--worker-col", default="worker", show_default=True, help="Column holding worker ids."
+)
+@click.option(
+    "--answer-col",
+    default="answer",
+    show_default=True,
+    help="Column holding answers ('label' is accepted when 'answer' is absent).",
+)
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["error", "first", "last", "majority", "mean"]),
+    default="error",
+    show_default=True,
+    help="Repeated (task, worker) pairs.",
+)
+@click.option(
+    "--on-missing",
+    type=click.Choice(["error", "drop"]),
+    default="error",
+    show_default=True,
+    help="Rows with a missing task, worker or answer.",
+)
+@click.option(
+    "--gold",
+    type=click.Path(dir_okay=False),
+    help="CSV task,truth of known truths, fixed during fitting.",
+)
+@click.option(
+    "--param",
+    "-p",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Estimator parameter, repeatable (e.g. -p max_iter=50 -p tol=1e-4).",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show a progress bar over iterations (default: when stderr is a terminal).",
+)
 def infer(
-    answers: str, method: str, output: str, workers_output: str | None,
-    probas_output: str | None, kind: str, task_col: str, worker_col: str, answer_col: str,
-    on_duplicate: str, on_missing: str, gold: str | None, param: tuple[str, ...],
+    answers: str,
+    method: str,
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+    kind: str,
+    task_col: str,
+    worker_col: str,
+    answer_col: str,
+    on_duplicate: str,
+    on_missing: str,
+    gold: str | None,
+    param: tuple[str, ...],
     progress: bool | None,
 ) -> None:
     """Infer each task's truth and each worker's quality from ANSWERS (CSV or Parquet)."""
+    for path in (output, workers_output, probas_output):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     data = Answers.from_path(
-        answers, task=task_col, worker=worker_col, answer=answer_col, kind=kind,  # type: ignore[arg-type]
-        on_duplicate=on_duplicate, on_missing=on_missing,  # type: ignore[arg-type]
+        answers,
+        task=task_col,
+        worker=worker_col,
+        answer=answer_col,
+        kind=kind,  # type: ignore[arg-type]
+        on_duplicate=on_duplicate,
+        on_missing=on_missing,  # type: ignore[arg-type]
     )
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
@@ -168,12 +232,13 @@ def infer(
         estimator.progress = tick
         estimator.fit(data, gold=gold_series)
     elapsed = time.perf_counter() - start
+    # Check every requested output before writing any, so a failure leaves no partial set.
+    if probas_output and estimator.probas_ is None:
+        raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
     _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
     if workers_output:
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
     if probas_output:
-        if estimator.probas_ is None:
-            raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
         _atomic_csv(estimator.probas_.rename_axis("task"), probas_output, index=True)
     status = "converged" if estimator.converged_ else "did not converge"
     click.echo(
@@ -185,10 +250,20 @@ def infer(
 
 @cli.command("evaluate")
 @click.argument("truths", type=click.Path(dir_okay=False))
-@click.option("--truth", "reference", required=True, type=click.Path(dir_okay=False),
-              help="CSV task,truth with the known truths.")
-@click.option("--kind", type=click.Choice(["auto", "categorical", "numeric"]), default="auto",
-              show_default=True, help="Compare as labels (accuracy) or numbers (MAE, RMSE).")
+@click.option(
+    "--truth",
+    "reference",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CSV task,truth with the known truths.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["auto", "categorical", "numeric"]),
+    default="auto",
+    show_default=True,
+    help="Compare as labels (accuracy) or numbers (MAE, RMSE).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
     """Score inferred TRUTHS (CSV task,truth) against known truths."""
@@ -216,8 +291,14 @@ def datasets_list() -> None:
 
 @datasets_group.command("export")
 @click.argument("name")
-@click.option("--output", "-o", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Folder to write answers.csv, truth.csv and SOURCE.md into.")
+@click.option(
+    "--output",
+    "-o",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write answers.csv, truth.csv and SOURCE.md into.",
+)
 def datasets_export(name: str, output: str) -> None:
     """Write dataset NAME's raw files (answers, truths, provenance) to a folder."""
     for path in datasets_mod.export(name, output):
@@ -228,8 +309,9 @@ DEMO_METHODS = ("mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc")
 
 
 @cli.command()
-@click.option("--dataset", default="duchenne", show_default=True,
-              help="A bundled categorical dataset.")
+@click.option(
+    "--dataset", default="duchenne", show_default=True, help="A bundled categorical dataset."
+)
 def demo(dataset: str) -> None:
     """Aggregate a bundled real dataset with several methods and print accuracy.
 
@@ -240,8 +322,10 @@ def demo(dataset: str) -> None:
     answers, truth = data.answers, data.truth
     if not answers.is_categorical:
         raise ValidationError(f"The demo needs a categorical dataset; {dataset!r} is numeric.")
-    click.echo(f"{dataset}: {answers.n_answers} answers, {answers.n_tasks} tasks, "
-               f"{answers.n_workers} workers, {len(truth)} expert truths")
+    click.echo(
+        f"{dataset}: {answers.n_answers} answers, {answers.n_tasks} tasks, "
+        f"{answers.n_workers} workers, {len(truth)} expert truths"
+    )
     for note in answers.notes:
         click.echo(f"  note: {note}")
     click.echo(f"{'method':<12} {'accuracy':>9} {'iters':>6} {'seconds':>8}")

@@ -24,7 +24,8 @@ def evaluate(truths: pd.Series, reference: pd.Series, *, kind: str = "auto") -> 
     common = reference.index.intersection(truths.index)
     if len(common) == 0:
         raise ValidationError(
-            "No task has both an inferred truth and a reference truth; check that the task ids match."
+            "No task has both an inferred truth and a reference truth; "
+            "check that the task ids match."
         )
     inferred, ref = truths.loc[common], reference.loc[common]
     if kind == "auto":

@@ -19,7 +19,15 @@ from ..answers import Answers
 from ..errors import ValidationError
 from .synthetic import make_categorical, make_numeric
 
-__all__ = ["Dataset", "DATASETS", "load", "list_datasets", "export", "make_categorical", "make_numeric"]
+__all__ = [
+    "Dataset",
+    "DATASETS",
+    "load",
+    "list_datasets",
+    "export",
+    "make_categorical",
+    "make_numeric",
+]
 
 
 @dataclass(frozen=True)
@@ -32,20 +40,36 @@ class _Spec:
 DATASETS: dict[str, _Spec] = {
     "duchenne": _Spec(
         "categorical",
-        "Duchenne smile (Whitehill et al. 2009): binary, 64 workers, 2,134 tasks, 160 expert truths;"
-        " the two-layer paper's Table 3 data",
+        "Duchenne smile (Whitehill et al. 2009): binary, 64 workers, 2,134 tasks, 159 expert "
+        "truths; the two-layer paper's Table 3 data",
         has_duplicates=True,
     ),
-    "web": _Spec("categorical", "Web search relevance (Zhou et al. 2012): 5 grades, 177 workers, 2,665 tasks"),
+    "web": _Spec(
+        "categorical", "Web search relevance (Zhou et al. 2012): 5 grades, 177 workers, 2,665 tasks"
+    ),
     "adult_content": _Spec(
         "categorical",
         "AdultContent (Ipeirotis et al. 2010): 4 classes, 825 workers, 11,040 tasks, very sparse",
         has_duplicates=True,
     ),
-    "sentiment": _Spec("categorical", "Sentiment (Zheng et al. 2017 benchmark D_Product): binary, 85 workers, 1,000 tasks"),
-    "dog": _Spec("categorical", "Dog breeds (Zheng et al. 2017 benchmark S_Dog): 4 classes, 109 workers, 807 tasks"),
-    "emotion": _Spec("numeric", "Emotion scores (Zheng et al. 2017 benchmark F201): numeric in [-100, 100], 38 workers, 700 tasks"),
-    "population": _Spec("numeric", "City populations (Pasternack & Roth 2010, filtered): numeric, 2,415 sources, 1,172 objects"),
+    "sentiment": _Spec(
+        "categorical",
+        "Sentiment (Zheng et al. 2017 benchmark D_Product): binary, 85 workers, 1,000 tasks",
+    ),
+    "dog": _Spec(
+        "categorical",
+        "Dog breeds (Zheng et al. 2017 benchmark S_Dog): 4 classes, 109 workers, 807 tasks",
+    ),
+    "emotion": _Spec(
+        "numeric",
+        "Emotion scores (Zheng et al. 2017 benchmark F201): numeric in [-100, 100], "
+        "38 workers, 700 tasks",
+    ),
+    "population": _Spec(
+        "numeric",
+        "City populations (Pasternack & Roth 2010, filtered): numeric, 2,415 sources, "
+        "1,172 objects",
+    ),
 }
 
 
@@ -105,10 +129,18 @@ def load(name: str, *, on_duplicate: str = "first") -> Dataset:
     answered = truth.index.isin(answers.tasks)
     if not answered.all():
         answers = Answers(
-            answers.task, answers.worker, answers.value, answers.tasks, answers.workers,
-            answers.labels, answers.value_range,
-            answers.notes + (f"{int((~answered).sum())} truth row(s) name tasks with no answers; "
-                             "left out of truth",),
+            answers.task,
+            answers.worker,
+            answers.value,
+            answers.tasks,
+            answers.workers,
+            answers.labels,
+            answers.value_range,
+            answers.notes
+            + (
+                f"{int((~answered).sum())} truth row(s) name tasks with no answers; "
+                "left out of truth",
+            ),
         )
     truth = truth[answered].rename("truth")
     source = (folder / "SOURCE.md").read_text(encoding="utf-8")

@@ -23,9 +23,7 @@ def _assign(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(task, worker) codes: ``per_task`` distinct workers per task, or all workers."""
     if n_tasks < 1 or n_workers < 1:
-        raise ValidationError(
-            f"n_tasks and n_workers must be >= 1. Got {n_tasks} and {n_workers}."
-        )
+        raise ValidationError(f"n_tasks and n_workers must be >= 1. Got {n_tasks} and {n_workers}.")
     if per_task is None:
         task = np.repeat(np.arange(n_tasks, dtype=np.int32), n_workers)
         worker = np.tile(np.arange(n_workers, dtype=np.int32), n_tasks)
@@ -46,7 +44,9 @@ def _assign(
             bad = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
             if not bad.any():
                 break
-            workers[bad] = rng.integers(0, n_workers, size=(int(bad.sum()), per_task), dtype=np.int32)
+            workers[bad] = rng.integers(
+                0, n_workers, size=(int(bad.sum()), per_task), dtype=np.int32
+            )
     task = np.repeat(np.arange(n_tasks, dtype=np.int32), per_task)
     return task, workers.ravel()
 
@@ -90,7 +90,9 @@ def make_categorical(
         raise ValidationError(f"n_labels must be >= 2. Got {n_labels}.")
     p = np.full(k, 1.0 / k) if prior is None else np.asarray(prior, dtype=float)
     if p.shape != (k,) or (p < 0).any() or not np.isclose(p.sum(), 1.0):
-        raise ValidationError(f"prior must be {k} non-negative numbers summing to 1. Got {prior!r}.")
+        raise ValidationError(
+            f"prior must be {k} non-negative numbers summing to 1. Got {prior!r}."
+        )
     truth = gen.choice(k, size=n_tasks, p=p).astype(np.int8 if k < 128 else np.int32)
     task, worker = _assign(n_tasks, n_workers, answers_per_task, gen)
     y = truth[task]
@@ -110,7 +112,9 @@ def make_categorical(
         if isinstance(accuracy, tuple):
             lo, hi = accuracy
             if not 0.0 <= lo <= hi <= 1.0:
-                raise ValidationError(f"accuracy range must satisfy 0 <= low <= high <= 1. Got {accuracy}.")
+                raise ValidationError(
+                    f"accuracy range must satisfy 0 <= low <= high <= 1. Got {accuracy}."
+                )
             acc = gen.uniform(lo, hi, size=n_workers)
         else:
             acc = np.asarray(accuracy, dtype=float)
@@ -176,7 +180,10 @@ def make_numeric(
     task, worker = _assign(n_tasks, n_workers, answers_per_task, gen)
     value = mu[task] + gen.standard_normal(task.shape[0]) * sd[worker]
     answers = Answers(
-        task=task, worker=worker, value=value,
-        tasks=_ids("t", n_tasks), workers=_ids("w", n_workers),
+        task=task,
+        worker=worker,
+        value=value,
+        tasks=_ids("t", n_tasks),
+        workers=_ids("w", n_workers),
     )
     return answers, pd.Series(mu, index=answers.tasks, name="truth"), {"sigma": sd}

@@ -24,9 +24,22 @@ from .weighted_average import WeightedAverage
 from .weighted_vote import WeightedVote
 
 __all__ = [
-    "Estimator", "MajorityVote", "WeightedVote", "CRH", "CATD", "GTM", "DawidSkene",
-    "OneCoinDawidSkene", "LatentClass", "Raykar", "WeightedAverage", "Mean", "Median",
-    "PrivateDawidSkene", "METHODS", "make_estimator",
+    "Estimator",
+    "MajorityVote",
+    "WeightedVote",
+    "CRH",
+    "CATD",
+    "GTM",
+    "DawidSkene",
+    "OneCoinDawidSkene",
+    "LatentClass",
+    "Raykar",
+    "WeightedAverage",
+    "Mean",
+    "Median",
+    "PrivateDawidSkene",
+    "METHODS",
+    "make_estimator",
 ]
 
 METHODS: dict[str, type[Estimator]] = {

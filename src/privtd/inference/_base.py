@@ -103,7 +103,8 @@ class Estimator(ABC):
 
     def get_params(self) -> dict[str, Any]:
         return {
-            k: v for k, v in vars(self).items()
+            k: v
+            for k, v in vars(self).items()
             if not k.endswith("_") and not k.startswith("_") and k != "progress"
         }
 
@@ -152,7 +153,8 @@ class Estimator(ABC):
         if answers.labels is not None:
             self.truths_ = pd.Series(answers.labels.take(truth), index=answers.tasks, name="truth")
             self.probas_ = (
-                None if proba is None
+                None
+                if proba is None
                 else pd.DataFrame(proba, index=answers.tasks, columns=answers.labels)
             )
         else:
@@ -179,8 +181,10 @@ class Estimator(ABC):
 
 
 def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or (
-        low is not None and value < low
+    if (
+        not isinstance(value, numbers.Integral)
+        or isinstance(value, bool)
+        or (low is not None and value < low)
     ):
         raise ValidationError(
             f"The '{name}' parameter of {owner} must be an int >= {low}. Got {value!r}."
@@ -188,8 +192,13 @@ def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> Non
 
 
 def _check_float(
-    owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
-    low_open: bool = False, high_open: bool = False,
+    owner: str,
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
 ) -> None:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
     if ok and low is not None:

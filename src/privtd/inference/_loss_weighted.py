@@ -87,15 +87,25 @@ class LossWeightedEstimator(Estimator):
         total = votes.sum(axis=1, keepdims=True)
         proba = np.divide(votes, total, out=np.full_like(votes, 1.0 / k), where=total > 0)
         self._set_results(
-            answers, truth, proba=proba, weight=weight, n_iter=n_iter, converged=converged,
-            objective=objective, worker_columns={"loss": loss},
+            answers,
+            truth,
+            proba=proba,
+            weight=weight,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"loss": loss},
         )
 
     def _fit_numeric(self, answers: Answers, gold: Gold | None) -> None:
         t, w, x = answers.task, answers.worker, answers.value
         n_t, n_w = answers.n_tasks, answers.n_workers
         counts = answers.worker_counts()
-        sorted_ = SortedByTask(t, x, n_t) if (self.init == "median" or self.numeric_loss == "absolute") else None
+        sorted_ = (
+            SortedByTask(t, x, n_t)
+            if (self.init == "median" or self.numeric_loss == "absolute")
+            else None
+        )
         if self.init == "median":
             assert sorted_ is not None
             truth = sorted_.median()
@@ -136,6 +146,11 @@ class LossWeightedEstimator(Estimator):
                 converged = True
                 break
         self._set_results(
-            answers, truth, weight=weight, n_iter=n_iter, converged=converged,
-            objective=objective, worker_columns={"loss": loss},
+            answers,
+            truth,
+            weight=weight,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"loss": loss},
         )

@@ -8,7 +8,10 @@ from .._rng import RNGLike, check_rng
 
 
 def vote_matrix(
-    task: np.ndarray, value: np.ndarray, n_tasks: int, n_labels: int,
+    task: np.ndarray,
+    value: np.ndarray,
+    n_tasks: int,
+    n_labels: int,
     weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """``M[t, k] = sum of weight over answers to task t with label k`` (one bincount)."""

@@ -26,8 +26,12 @@ class CATD(LossWeightedEstimator):
     """
 
     def __init__(
-        self, alpha: float = 0.05, max_iter: int = 100, tol: float = 1e-6,
-        tie_break: str = "first", rng: RNGLike = None,
+        self,
+        alpha: float = 0.05,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        tie_break: str = "first",
+        rng: RNGLike = None,
     ) -> None:
         self.alpha = alpha
         self.max_iter = max_iter

@@ -34,8 +34,13 @@ class CRH(LossWeightedEstimator):
     normalize_by_std = True
 
     def __init__(
-        self, loss: str = "squared", weight_norm: str = "sum", max_iter: int = 100,
-        tol: float = 1e-6, tie_break: str = "first", rng: RNGLike = None,
+        self,
+        loss: str = "squared",
+        weight_norm: str = "sum",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        tie_break: str = "first",
+        rng: RNGLike = None,
     ) -> None:
         self.loss = loss
         self.weight_norm = weight_norm

@@ -84,8 +84,13 @@ class DawidSkene(Estimator):
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         accuracy = (np.diagonal(self.confusions_, axis1=1, axis2=2) * prior).sum(axis=1)
         self._set_results(
-            answers, mu.argmax(axis=1), proba=mu, weight=accuracy, n_iter=n_iter,
-            converged=converged, objective=objective,
+            answers,
+            mu.argmax(axis=1),
+            proba=mu,
+            weight=accuracy,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
         )
 
     def _m_step(

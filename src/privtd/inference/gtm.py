@@ -31,9 +31,16 @@ class GTM(Estimator):
     iterative = True
 
     def __init__(
-        self, alpha: float = 10.0, beta: float = 10.0, mu0: float = 0.0, sigma0_sq: float = 1.0,
-        delta0: float | None = 1.0, delta2: float | None = 2.0, standardize: bool = True,
-        max_iter: int = 100, tol: float = 1e-3,
+        self,
+        alpha: float = 10.0,
+        beta: float = 10.0,
+        mu0: float = 0.0,
+        sigma0_sq: float = 1.0,
+        delta0: float | None = 1.0,
+        delta2: float | None = 2.0,
+        standardize: bool = True,
+        max_iter: int = 100,
+        tol: float = 1e-3,
     ) -> None:
         self.alpha = alpha
         self.beta = beta
@@ -114,11 +121,18 @@ class GTM(Estimator):
         truth = np.where(has_claims, mu * scale + median, median)
         n_outliers = np.bincount(answers.worker[~keep], minlength=n_w)
         self._set_results(
-            answers, truth, weight=1.0 / var, n_iter=n_iter, converged=converged,
-            objective=objective, worker_columns={"variance": var, "n_outliers": n_outliers},
+            answers,
+            truth,
+            weight=1.0 / var,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"variance": var, "n_outliers": n_outliers},
         )
 
-    def _log_posterior(self, mu: np.ndarray, var: np.ndarray, sq: np.ndarray, w: np.ndarray) -> float:
+    def _log_posterior(
+        self, mu: np.ndarray, var: np.ndarray, sq: np.ndarray, w: np.ndarray
+    ) -> float:
         like = -0.5 * (np.log(var[w]).sum() + (sq / var[w]).sum())
         prior_mu = -0.5 * ((mu - self.mu0) ** 2).sum() / self.sigma0_sq
         prior_var = (-(self.alpha + 1) * np.log(var) - self.beta / var).sum()

@@ -55,7 +55,9 @@ class LatentClass(Estimator):
             sens, spec, prior = self.m_step(mu, t, w, x, n_w)
             log_a, log_b = self.e_step_sums(sens, spec, t, w, x, n_t)
             logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
-            objective.append(float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum()))
+            objective.append(
+                float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
+            )
             new = expit(logit)
             if gold is not None:
                 new[gold.index] = gold.value
@@ -68,8 +70,13 @@ class LatentClass(Estimator):
         self.prior_ = prior
         proba = np.column_stack([1.0 - mu, mu])
         self._set_results(
-            answers, (mu >= 0.5).astype(np.int64), proba=proba, weight=0.5 * (sens + spec),
-            n_iter=n_iter, converged=converged, objective=objective,
+            answers,
+            (mu >= 0.5).astype(np.int64),
+            proba=proba,
+            weight=0.5 * (sens + spec),
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
             worker_columns={"sensitivity": sens, "specificity": spec},
         )
 
@@ -81,7 +88,9 @@ class LatentClass(Estimator):
         pos = np.bincount(w, weights=m, minlength=n_w)
         neg = np.bincount(w, weights=1.0 - m, minlength=n_w)
         sens = np.bincount(w, weights=m * x, minlength=n_w) / np.maximum(pos, 1e-300)
-        spec = np.bincount(w, weights=(1.0 - m) * (1.0 - x), minlength=n_w) / np.maximum(neg, 1e-300)
+        spec = np.bincount(w, weights=(1.0 - m) * (1.0 - x), minlength=n_w) / np.maximum(
+            neg, 1e-300
+        )
         lo, hi = self.eta, 1.0 - self.eta
         return np.clip(sens, lo, hi), np.clip(spec, lo, hi), float(np.clip(mu.mean(), lo, hi))
 

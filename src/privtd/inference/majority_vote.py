@@ -38,8 +38,12 @@ class MajorityVote(Estimator):
         if gold is not None:
             proba[gold.index] = np.eye(answers.n_labels)[gold.value]
         truth = argmax_ties(proba, self.tie_break, self.rng)
-        agree = np.bincount(
-            answers.worker, weights=truth[answers.task] == answers.value,
-            minlength=answers.n_workers,
-        ) / answers.worker_counts()
+        agree = (
+            np.bincount(
+                answers.worker,
+                weights=truth[answers.task] == answers.value,
+                minlength=answers.n_workers,
+            )
+            / answers.worker_counts()
+        )
         self._set_results(answers, truth, proba=proba, worker_columns={"agreement": agree})

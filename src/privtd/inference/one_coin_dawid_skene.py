@@ -59,8 +59,14 @@ class OneCoinDawidSkene(Estimator):
             np.clip((1 - skill) / (k - 1), EPS, 1 - EPS)
         )
         self._set_results(
-            answers, mu.argmax(axis=1), proba=mu, weight=skill, n_iter=n_iter,
-            converged=converged, objective=objective, worker_columns={"log_odds": log_odds},
+            answers,
+            mu.argmax(axis=1),
+            proba=mu,
+            weight=skill,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"log_odds": log_odds},
         )
 
     @staticmethod

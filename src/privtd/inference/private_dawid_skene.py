@@ -41,8 +41,13 @@ class PrivateDawidSkene(Estimator):
     iterative = True
 
     def __init__(
-        self, epsilon: float = 1.0, projection: float = 0.01, max_iter: int = 50, tol: float = 1e-6,
-        init: str | np.ndarray = "mv", clip: bool = False,
+        self,
+        epsilon: float = 1.0,
+        projection: float = 0.01,
+        max_iter: int = 50,
+        tol: float = 1e-6,
+        init: str | np.ndarray = "mv",
+        clip: bool = False,
     ) -> None:
         self.epsilon = epsilon
         self.projection = projection
@@ -54,7 +59,15 @@ class PrivateDawidSkene(Estimator):
     def _validate_params(self) -> None:
         super()._validate_params()
         _check_float("PrivateDawidSkene", "epsilon", self.epsilon, 0.0, low_open=True)
-        _check_float("PrivateDawidSkene", "projection", self.projection, 0.0, 0.5, low_open=True, high_open=True)
+        _check_float(
+            "PrivateDawidSkene",
+            "projection",
+            self.projection,
+            0.0,
+            0.5,
+            low_open=True,
+            high_open=True,
+        )
         if isinstance(self.init, str) and self.init != "mv":
             raise ValidationError(
                 f"The 'init' parameter of PrivateDawidSkene must be 'mv' or an array of soft "
@@ -74,7 +87,9 @@ class PrivateDawidSkene(Estimator):
             y = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
         else:
             y = np.asarray(self.init, dtype=np.float64)
-            if y.shape != (n_t,) or not (isinstance(y[0], numbers.Real) and ((0 <= y) & (y <= 1)).all()):
+            if y.shape != (n_t,) or not (
+                isinstance(y[0], numbers.Real) and ((0 <= y) & (y <= 1)).all()
+            ):
                 raise ValidationError(
                     f"init must be {n_t} soft labels in [0, 1], one per task. Got shape {y.shape}."
                 )
@@ -105,7 +120,12 @@ class PrivateDawidSkene(Estimator):
         if self.clip:
             rescaled = np.clip(rescaled, 0.0, 1.0)
         self._set_results(
-            answers, (y >= 0.5).astype(np.int64), proba=np.column_stack([1.0 - y, y]),
-            weight=np.log(p) - np.log1p(-p), n_iter=n_iter, converged=converged,
-            objective=objective, worker_columns={"ability": p, "ability_rescaled": rescaled},
+            answers,
+            (y >= 0.5).astype(np.int64),
+            proba=np.column_stack([1.0 - y, y]),
+            weight=np.log(p) - np.log1p(-p),
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"ability": p, "ability_rescaled": rescaled},
         )

@@ -11,10 +11,11 @@ from ._loss_weighted import LossWeightedEstimator
 class Raykar(LossWeightedEstimator):
     """Answers ``x_uq ~ N(y_q, 1 / tau_u)``; EM alternates precision-weighted means and precisions.
 
-    With ``gamma`` (P2 appendix 1.2) the effective precision is ``lambda_u = 1 / (1/tau_u + 1/gamma)``,
-    capped at ``gamma``; we set ``lambda_u = min(1 / mean_sq_residual_u, gamma)`` (SPEC A8, our
-    reading [U]), which also handles workers with zero residual. Without ``gamma`` a zero residual
-    is floored at 1e-12.
+    With ``gamma`` (P2 appendix 1.2) the effective precision is
+    ``lambda_u = 1 / (1/tau_u + 1/gamma)``, capped at ``gamma``; we set
+    ``lambda_u = min(1 / mean_sq_residual_u, gamma)`` (SPEC A8, our reading [U]), which also
+    handles workers with zero residual. Without ``gamma`` a zero residual is floored at 1e-12,
+    and unregularised ML can collapse onto one near-exact worker.
 
     ``weights_["weight"]`` is the precision used in the truth step.
     """
@@ -23,7 +24,10 @@ class Raykar(LossWeightedEstimator):
     numeric_loss = "squared"
 
     def __init__(
-        self, gamma: float | None = None, init: str = "mean", max_iter: int = 100,
+        self,
+        gamma: float | None = None,
+        init: str = "mean",
+        max_iter: int = 100,
         tol: float = 1e-6,
     ) -> None:
         self.gamma = gamma

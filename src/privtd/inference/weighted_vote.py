@@ -37,8 +37,13 @@ class WeightedVote(Estimator):
     iterative = True
 
     def __init__(
-        self, eta: float = 0.01, smoothing: float = 0.0, max_iter: int = 100, tol: float = 0.0,
-        tie_break: str = "first", rng: RNGLike = None,
+        self,
+        eta: float = 0.01,
+        smoothing: float = 0.0,
+        max_iter: int = 100,
+        tol: float = 0.0,
+        tie_break: str = "first",
+        rng: RNGLike = None,
     ) -> None:
         self.eta = eta
         self.smoothing = smoothing
@@ -88,6 +93,12 @@ class WeightedVote(Estimator):
         if gold is not None:
             proba[gold.index] = np.eye(k)[gold.value]
         self._set_results(
-            answers, truth, proba=proba, weight=weight, n_iter=n_iter, converged=converged,
-            objective=objective, worker_columns={"accuracy": accuracy},
+            answers,
+            truth,
+            proba=proba,
+            weight=weight,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={"accuracy": accuracy},
         )

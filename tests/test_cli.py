@@ -1,0 +1,167 @@
+"""The command line: happy paths, and bad input giving one line, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from privtd.cli import main
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def dog(tmp_path, capsys):
+    code, _, _ = run(["datasets", "export", "dog", "-o", str(tmp_path / "dog")], capsys)
+    assert code == 0
+    return tmp_path / "dog"
+
+
+def test_infer_and_evaluate(dog, tmp_path, capsys):
+    out, workers, probas = tmp_path / "t.csv", tmp_path / "w.csv", tmp_path / "p.csv"
+    code, _, err = run(
+        [
+            "infer",
+            str(dog / "answers.csv"),
+            "-m",
+            "ds",
+            "-o",
+            str(out),
+            "--workers-output",
+            str(workers),
+            "--probas-output",
+            str(probas),
+        ],
+        capsys,
+    )
+    assert code == 0 and "converged" in err
+    truths = pd.read_csv(out)
+    assert list(truths.columns) == ["task", "truth"] and len(truths) == 807
+    assert {"worker", "weight", "n_answers"} <= set(pd.read_csv(workers).columns)
+    assert list(pd.read_csv(probas).columns) == ["task", "0", "1", "2", "3"]
+    code, text, _ = run(["evaluate", str(out), "--truth", str(dog / "truth.csv"), "--json"], capsys)
+    metrics = json.loads(text)
+    assert code == 0 and metrics["n_evaluated"] == 807 and metrics["accuracy"] > 0.8
+
+
+def test_numeric_infer_and_evaluate(tmp_path, capsys):
+    run(["datasets", "export", "emotion", "-o", str(tmp_path / "e")], capsys)
+    out = tmp_path / "t.csv"
+    code, _, _ = run(
+        [
+            "infer",
+            str(tmp_path / "e" / "answers.csv"),
+            "-m",
+            "crh",
+            "--kind",
+            "numeric",
+            "-o",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 0
+    code, text, _ = run(
+        ["evaluate", str(out), "--truth", str(tmp_path / "e" / "truth.csv")], capsys
+    )
+    assert code == 0 and "mae" in text and "rmse" in text
+
+
+def test_params_and_gold(dog, tmp_path, capsys):
+    gold = tmp_path / "gold.csv"
+    pd.DataFrame({"task": ["1"], "truth": [0]}).to_csv(gold, index=False)
+    out = tmp_path / "t.csv"
+    code, _, _ = run(
+        [
+            "infer",
+            str(dog / "answers.csv"),
+            "-m",
+            "one-coin-ds",
+            "-o",
+            str(out),
+            "-p",
+            "max_iter=5",
+            "-p",
+            "tol=0",
+            "--gold",
+            str(gold),
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert pd.read_csv(out, dtype={"task": str}).set_index("task").loc["1", "truth"] == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["infer", "missing.csv", "-m", "mv", "-o", "x.csv"], "No such file"),
+        (["infer", "{dup}", "-m", "mv", "-o", "x.csv"], "repeat a (task, worker) pair"),
+        (["infer", "{dog}", "-m", "gtm", "-o", "x.csv"], "takes numeric answers"),
+        (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-p", "bogus=1"], "Bad parameter"),
+        (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-p", "novalue"], "KEY=VALUE"),
+        (["infer", "{dog}", "-m", "ds", "-o", "x.csv", "-p", "max_iter=0"], "must be an int >= 1"),
+        (["infer", "{dog}", "-m", "ds", "-o", "nofolder/x.csv"], "does not exist"),
+        (
+            [
+                "infer",
+                "{dog}",
+                "-m",
+                "mean",
+                "-o",
+                "x.csv",
+                "--kind",
+                "numeric",
+                "--probas-output",
+                "p.csv",
+            ],
+            "gives no probabilities",
+        ),
+        (["evaluate", "{dog}", "--truth", "{dog}"], "lacks column(s) ['truth']"),
+        (["datasets", "export", "nope"], "Unknown dataset"),
+    ],
+)
+def test_errors_are_one_line(args, message, dog, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dup = tmp_path / "dup.csv"
+    pd.DataFrame({"task": [1, 1], "worker": ["a", "a"], "answer": [0, 1]}).to_csv(dup, index=False)
+    args = [a.format(dog=dog / "answers.csv", dup=dup) for a in args]
+    code, out, err = run(args, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("privtd: error: ") and message in lines[-1]
+    assert "Traceback" not in err
+    assert not (tmp_path / "x.csv").exists()  # nothing half-written
+
+
+def test_usage_errors_exit_nonzero(capsys):
+    code, _, err = run(["infer"], capsys)
+    assert code == 2 and "Missing argument" in err
+
+
+def test_datasets_list_and_demo(capsys):
+    code, out, _ = run(["datasets", "list"], capsys)
+    assert code == 0 and "duchenne" in out and "numeric" in out
+    code, out, _ = run(["demo"], capsys)
+    assert code == 0 and "accuracy" in out and "ds" in out
+
+
+def test_console_script_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "privtd.cli", "infer", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    for option in ("--method", "--output", "--workers-output", "--on-duplicate", "--gold"):
+        assert option in result.stdout
