@@ -12,6 +12,7 @@ import numpy as np
 
 from .._rng import RNGLike
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_choice
 from ._ops import SortedByTask, argmax_ties, vote_matrix, weighted_mean
 
@@ -75,7 +76,7 @@ class LossWeightedEstimator(Estimator):
             loss = np.bincount(w, weights=truth[t] != x, minlength=n_w)
             weight = self._weights(loss, counts)
             objective.append(float(weight @ loss))
-            votes = vote_matrix(t, x, n_t, k, weight[w])
+            votes = _kernels.worker_votes(t, x, w, weight, n_t, k)
             new = argmax_ties(votes, tie_break, rng)
             if gold is not None:
                 new[gold.index] = gold.value

@@ -12,11 +12,10 @@ def vote_matrix(
     value: np.ndarray,
     n_tasks: int,
     n_labels: int,
-    weight: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``M[t, k] = sum of weight over answers to task t with label k`` (one bincount)."""
+    """``M[t, k]`` = number of answers to task ``t`` with label ``k`` (one bincount)."""
     flat = task.astype(np.int64) * n_labels + value
-    counts = np.bincount(flat, weights=weight, minlength=n_tasks * n_labels)
+    counts = np.bincount(flat, minlength=n_tasks * n_labels)
     return counts.reshape(n_tasks, n_labels).astype(np.float64, copy=False)
 
 
@@ -38,15 +37,6 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     np.exp(logits, out=logits)
     logits /= logits.sum(axis=1, keepdims=True)
     return logits
-
-
-def logsumexp_rows(logits: np.ndarray) -> np.ndarray:
-    top = logits.max(axis=1)
-    return top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-
-
-def segment_sum(index: np.ndarray, weight: np.ndarray, n: int) -> np.ndarray:
-    return np.bincount(index, weights=weight, minlength=n)
 
 
 def weighted_mean(

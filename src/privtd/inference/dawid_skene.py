@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_float
-from ._ops import logsumexp_rows, softmax_rows, vote_matrix
+from ._ops import vote_matrix
 
 EPS = 1e-10
 
@@ -17,6 +18,14 @@ def soft_majority(answers: Answers, gold: Gold | None) -> np.ndarray:
     votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)
     mu = votes / votes.sum(axis=1, keepdims=True)
     return fix_gold(mu, gold)
+
+
+def gold_array(gold: Gold | None, n_tasks: int) -> np.ndarray:
+    """Per task, the gold label code, or -1 where there is none (the kernels' encoding)."""
+    labels = np.full(n_tasks, -1, dtype=np.int64)
+    if gold is not None:
+        labels[gold.index] = gold.value
+    return labels
 
 
 def fix_gold(mu: np.ndarray, gold: Gold | None) -> np.ndarray:
@@ -61,22 +70,28 @@ class DawidSkene(Estimator):
         _check_float(type(self).__name__, "smoothing", self.smoothing, 0.0)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        t, n_t, n_w, k = answers.task, answers.n_tasks, answers.n_workers, answers.n_labels
-        # Encoded once, reused by every M-step and E-step.
-        wx = answers.worker.astype(np.int64) * k + answers.value
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
+        # Encoded once, reused by every iteration: row of (worker, answer) in the confusions.
+        wx = layout.worker.astype(np.int64) * k + layout.value
+        wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
+        gold_labels = gold_array(gold, n_t)
         mu = soft_majority(answers, gold)
         prior = mu.mean(axis=0)
-        confusion = self._m_step(wx, t, mu, n_w, k)
+        confusion = self._normalise(_kernels.gather_scatter(wx, layout.task, mu, n_w * k), n_w, k)
         objective: list[float] = []
         converged = False
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            log_rho = self._log_likelihoods(wx, t, confusion, prior, n_t, k)
-            objective.append(float(logsumexp_rows(log_rho).sum()) / answers.n_answers)
-            mu = fix_gold(softmax_rows(log_rho), gold)
-            prior = mu.mean(axis=0)
-            confusion = self._m_step(wx, t, mu, n_w, k)
+            # One fused pass: E-step with the current parameters, then the M-step's counts.
+            # The log-likelihood is the E-step's normaliser, so the stopping test is free.
+            mu, counts, prior_sum, loglik = _kernels.ds_step(
+                layout, wx, np.log(confusion), np.log(np.maximum(prior, EPS)), gold_labels
+            )
+            objective.append(loglik / answers.n_answers)
+            prior = prior_sum / n_t
+            confusion = self._normalise(counts, n_w, k)
             if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
                 converged = True
                 break
@@ -93,26 +108,24 @@ class DawidSkene(Estimator):
             objective=objective,
         )
 
-    def _m_step(
-        self, wx: np.ndarray, t: np.ndarray, mu: np.ndarray, n_w: int, k: int
-    ) -> np.ndarray:
-        """Confusion rows ``(n_workers * K, K)``: row ``w * K + answer``, column ``truth``."""
-        counts = np.empty((n_w * k, k))
-        for label in range(k):  # K is small; each column is one O(n) bincount
-            counts[:, label] = np.bincount(wx, weights=mu[t, label], minlength=n_w * k)
+    def _normalise(self, counts: np.ndarray, n_w: int, k: int) -> np.ndarray:
+        """Confusion rows ``(n_workers * K, K)`` from M-step counts: smooth, clip, normalise."""
         counts += self.smoothing
         np.maximum(counts, EPS, out=counts)
         cube = counts.reshape(n_w, k, k)
         cube /= cube.sum(axis=1, keepdims=True)
         return counts
 
+    def _m_step(
+        self, wx: np.ndarray, t: np.ndarray, mu: np.ndarray, n_w: int, k: int
+    ) -> np.ndarray:
+        """Confusion rows ``(n_workers * K, K)``: row ``w * K + answer``, column ``truth``."""
+        return self._normalise(_kernels.gather_scatter(wx, t, mu, n_w * k), n_w, k)
+
     @staticmethod
     def _log_likelihoods(
         wx: np.ndarray, t: np.ndarray, confusion: np.ndarray, prior: np.ndarray, n_t: int, k: int
     ) -> np.ndarray:
-        log_conf = np.log(confusion)
-        log_rho = np.empty((n_t, k))
-        for label in range(k):
-            log_rho[:, label] = np.bincount(t, weights=log_conf[wx, label], minlength=n_t)
+        log_rho = _kernels.gather_scatter(t, wx, np.log(confusion), n_t)
         log_rho += np.log(np.maximum(prior, EPS))
         return log_rho

@@ -20,8 +20,9 @@ class LatentClass(Estimator):
 
     Start: ``mu_q`` = fraction of positive votes. Then M-step, E-step
     ``mu_q = sigmoid(logit p + log a_q - log b_q)``, until the largest change of any ``mu_q`` is
-    below ``tol`` (default 1e-4; two-coin EM creeps, so a tighter rule buys
-    hundreds of steps for a log-likelihood change below 1e-3 on Duchenne). ``alpha``, ``beta`` and ``p`` are clipped to ``[eta, 1 - eta]`` (default 1e-6).
+    below ``tol`` (default 1e-4; two-coin EM creeps, so a tighter rule buys hundreds of steps
+    for a log-likelihood change below 1e-3 on Duchenne). ``alpha``, ``beta`` and ``p`` are
+    clipped to ``[eta, 1 - eta]`` (default 1e-6).
     ``objective_`` is the log-likelihood ``sum_q log(p a_q + (1 - p) b_q)``.
     """
 

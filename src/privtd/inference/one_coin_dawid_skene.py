@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold
-from ._ops import logsumexp_rows, softmax_rows, vote_matrix
-from .dawid_skene import EPS, fix_gold, soft_majority
+from .dawid_skene import EPS, gold_array, soft_majority
 
 
 class OneCoinDawidSkene(Estimator):
@@ -31,33 +31,30 @@ class OneCoinDawidSkene(Estimator):
         self.tol = tol
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        t, w, x = answers.task, answers.worker, answers.value
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         counts = answers.worker_counts()
+        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
+        gold_labels = gold_array(gold, n_t)
         mu = soft_majority(answers, gold)
         prior = mu.mean(axis=0)
-        skill = self._m_step(mu, t, w, x, counts, n_w)
+        skill = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w) / counts
         objective: list[float] = []
         converged = False
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            log_right = np.log(np.clip(skill, EPS, 1 - EPS))
-            log_wrong = np.log(np.clip((1 - skill) / (k - 1), EPS, 1 - EPS))
-            log_rho = vote_matrix(t, x, n_t, k, (log_right - log_wrong)[w])
-            log_rho += np.bincount(t, weights=log_wrong[w], minlength=n_t)[:, None]
-            log_rho += np.log(np.maximum(prior, EPS))
-            objective.append(float(logsumexp_rows(log_rho).sum()) / answers.n_answers)
-            mu = fix_gold(softmax_rows(log_rho), gold)
-            prior = mu.mean(axis=0)
-            skill = self._m_step(mu, t, w, x, counts, n_w)
+            log_right, log_wrong = self._log_confusion(skill, k)
+            mu, skill_sum, prior_sum, loglik = _kernels.one_coin_step(
+                layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
+            )
+            objective.append(loglik / answers.n_answers)
+            prior = prior_sum / n_t
+            skill = skill_sum / counts
             if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
                 converged = True
                 break
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
-        log_odds = np.log(np.clip(skill, EPS, 1 - EPS)) - np.log(
-            np.clip((1 - skill) / (k - 1), EPS, 1 - EPS)
-        )
+        log_right, log_wrong = self._log_confusion(skill, k)
         self._set_results(
             answers,
             mu.argmax(axis=1),
@@ -66,11 +63,18 @@ class OneCoinDawidSkene(Estimator):
             n_iter=n_iter,
             converged=converged,
             objective=objective,
-            worker_columns={"log_odds": log_odds},
+            worker_columns={"log_odds": log_right - log_wrong},
         )
+
+    @staticmethod
+    def _log_confusion(skill: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Log of the diagonal and off-diagonal confusion entries, clipped as crowd-kit does."""
+        log_right = np.log(np.clip(skill, EPS, 1 - EPS))
+        log_wrong = np.log(np.clip((1 - skill) / (k - 1), EPS, 1 - EPS))
+        return log_right, log_wrong
 
     @staticmethod
     def _m_step(
         mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, counts: np.ndarray, n_w: int
     ) -> np.ndarray:
-        return np.bincount(w, weights=mu[t, x], minlength=n_w) / counts
+        return _kernels.pick_sum(t, x, w, mu, n_w) / counts

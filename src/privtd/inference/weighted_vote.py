@@ -6,6 +6,7 @@ import numpy as np
 
 from .._rng import RNGLike
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._ops import argmax_ties, softmax_rows, vote_matrix
 
@@ -77,7 +78,7 @@ class WeightedVote(Estimator):
             accuracy = (matches + self.smoothing / k) / (counts + self.smoothing)
             p = np.clip(accuracy, self.eta, 1.0 - self.eta)
             weight = np.log((k - 1) * p / (1.0 - p))
-            votes = vote_matrix(t, x, n_t, k, weight[w])
+            votes = _kernels.worker_votes(t, x, w, weight, n_t, k)
             new = argmax_ties(votes, self.tie_break, self.rng)
             if gold is not None:
                 new[gold.index] = gold.value
