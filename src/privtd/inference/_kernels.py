@@ -162,76 +162,105 @@ def _compile() -> dict[str, Callable[..., Any]]:
             loglik += np.log(total) + top
         return loglik
 
+    par = numba.njit(cache=True, nogil=True, parallel=True)
+
     @jit
-    def _finish_row(row, k, gold_label):  # type: ignore[no-untyped-def]
-        """Softmax ``row`` in place (or one-hot when gold); returns its logsumexp."""
-        top = row[0]
+    def finish_row(row, k, gold_label):  # type: ignore[no-untyped-def]
+        """Softmax ``row`` in place (one-hot when gold); returns (max, normaliser).
+
+        The largest entry needs no exp (it is exp(0) = 1), so K = 2 costs one exp per task.
+        """
+        top_c = 0
         for c in range(1, k):
-            if row[c] > top:
-                top = row[c]
-        total = 0.0
+            if row[c] > row[top_c]:
+                top_c = c
+        top = row[top_c]
+        total = 1.0
         for c in range(k):
-            row[c] = np.exp(row[c] - top)
-            total += row[c]
+            if c != top_c:
+                row[c] = np.exp(row[c] - top)
+                total += row[c]
+        row[top_c] = 1.0
+        inv = 1.0 / total
         for c in range(k):
             if gold_label < 0:
-                row[c] = row[c] / total
+                row[c] *= inv
             else:
                 row[c] = 1.0 if c == gold_label else 0.0
-        return np.log(total) + top
+        return top, total
 
     @jit
-    def ds_step(t, start, wx, log_conf, log_prior, gold):  # type: ignore[no-untyped-def]
-        # One pass per EM iteration: answers are sorted by task, so each task's E-step sums
-        # stay in registers, and its posterior is scattered into the next M-step's counts at once.
-        n_t, k = start.shape[0] - 1, log_prior.shape[0]
-        mu = np.empty((n_t, k))
-        counts = np.zeros((log_conf.shape[0], k))
-        prior_sum = np.zeros(k)
-        row = np.empty(k)
-        loglik = 0.0
-        for q in range(n_t):
-            for c in range(k):
-                row[c] = log_prior[c]
-            for i in range(start[q], start[q + 1]):
-                s = wx[i]
-                for c in range(k):
-                    row[c] += log_conf[s, c]
-            loglik += _finish_row(row, k, gold[q])
-            for c in range(k):
-                mu[q, c] = row[c]
-                prior_sum[c] += row[c]
-            for i in range(start[q], start[q + 1]):
-                s = wx[i]
-                for c in range(k):
-                    counts[s, c] += row[c]
-        return mu, counts, prior_sum, loglik
+    def add_loglik(top, total, state):  # type: ignore[no-untyped-def]
+        # sum(log total) as a running product with a separate exponent: one multiply per task
+        # instead of one log. total is in [1, K], so the product overflows only every ~400 tasks.
+        state[0] += top
+        state[1] *= total
+        if state[1] > 1e200:
+            state[1] *= 1e-200
+            state[0] += 460.51701859880916  # log(1e200)
 
-    @jit
-    def one_coin_step(t, start, w, x, log_right, log_wrong, log_prior, gold):  # type: ignore[no-untyped-def]
+    @par
+    def ds_step(t, start, wx, log_conf, log_prior, gold, n_chunks):  # type: ignore[no-untyped-def]
+        # One pass per EM iteration. Answers are sorted by task, so each task's E-step sum stays
+        # in registers and its posterior goes straight into the next M-step's counts. Tasks are
+        # split into a fixed number of blocks (one private count table each), so results do not
+        # depend on the number of threads.
         n_t, k = start.shape[0] - 1, log_prior.shape[0]
         mu = np.empty((n_t, k))
-        skill = np.zeros(log_right.shape[0])
-        prior_sum = np.zeros(k)
-        row = np.empty(k)
-        loglik = 0.0
-        for q in range(n_t):
-            base = 0.0
-            for c in range(k):
-                row[c] = log_prior[c]
-            for i in range(start[q], start[q + 1]):
-                u = w[i]
-                base += log_wrong[u]
-                row[x[i]] += log_right[u] - log_wrong[u]
-            for c in range(k):
-                row[c] += base
-            loglik += _finish_row(row, k, gold[q])
-            for c in range(k):
-                mu[q, c] = row[c]
-                prior_sum[c] += row[c]
-            for i in range(start[q], start[q + 1]):
-                skill[w[i]] += row[x[i]]
-        return mu, skill, prior_sum, loglik
+        counts = np.zeros((n_chunks, log_conf.shape[0], k))
+        prior_sum = np.zeros((n_chunks, k))
+        loglik = np.zeros((n_chunks, 2))
+        for ch in numba.prange(n_chunks):
+            row = np.empty(k)
+            state = np.array([0.0, 1.0])
+            for q in range(ch * n_t // n_chunks, (ch + 1) * n_t // n_chunks):
+                for c in range(k):
+                    row[c] = log_prior[c]
+                for i in range(start[q], start[q + 1]):
+                    s = wx[i]
+                    for c in range(k):
+                        row[c] += log_conf[s, c]
+                top, total = finish_row(row, k, gold[q])
+                add_loglik(top, total, state)
+                for c in range(k):
+                    mu[q, c] = row[c]
+                    prior_sum[ch, c] += row[c]
+                for i in range(start[q], start[q + 1]):
+                    s = wx[i]
+                    for c in range(k):
+                        counts[ch, s, c] += row[c]
+            loglik[ch, 0] = state[0] + np.log(state[1])
+        return mu, counts.sum(axis=0), prior_sum.sum(axis=0), loglik[:, 0].sum()
+
+    @par
+    def one_coin_step(t, start, w, x, log_right, log_wrong, log_prior, gold, n_chunks):  # type: ignore[no-untyped-def]
+        n_t, k = start.shape[0] - 1, log_prior.shape[0]
+        mu = np.empty((n_t, k))
+        skill = np.zeros((n_chunks, log_right.shape[0]))
+        prior_sum = np.zeros((n_chunks, k))
+        loglik = np.zeros(n_chunks)
+        for ch in numba.prange(n_chunks):
+            row = np.empty(k)
+            state = np.array([0.0, 1.0])
+            for q in range(ch * n_t // n_chunks, (ch + 1) * n_t // n_chunks):
+                base = 0.0
+                for c in range(k):
+                    row[c] = log_prior[c]
+                for i in range(start[q], start[q + 1]):
+                    u = w[i]
+                    base += log_wrong[u]
+                    row[x[i]] += log_right[u] - log_wrong[u]
+                for c in range(k):
+                    row[c] += base
+                top, total = finish_row(row, k, gold[q])
+                add_loglik(top, total, state)
+                for c in range(k):
+                    mu[q, c] = row[c]
+                    prior_sum[ch, c] += row[c]
+                for i in range(start[q], start[q + 1]):
+                    skill[ch, w[i]] += row[x[i]]
+            loglik[ch] = state[0] + np.log(state[1])
+        return mu, skill.sum(axis=0), prior_sum.sum(axis=0), loglik.sum()
 
     return {
         "ds_step": ds_step,
@@ -313,6 +342,12 @@ def worker_sum(t: np.ndarray, w: np.ndarray, worker_value: np.ndarray, n_t: int)
     return _kernel("worker_sum")(t, w, np.ascontiguousarray(worker_value, dtype=float), n_t)
 
 
+def _n_chunks(table_size: int) -> int:
+    """Blocks of tasks for the parallel kernels: fixed (not the thread count), so results are
+    reproducible across machines; one block when private tables would be large."""
+    return 4 if table_size <= 1_000_000 else 1
+
+
 class TaskLayout:
     """The answers sorted by task once per fit, with each task's slice ``start[q]:start[q+1]``.
 
@@ -339,9 +374,10 @@ def ds_step(
     """One Dawid-Skene EM iteration: E-step with ``log_conf`` (rows ``w * K + answer``) and
     ``log_prior``, then the M-step counts. Returns posteriors, counts ``(W * K, K)``, the
     posteriors' column sums, and the log-likelihood. ``gold[q] >= 0`` fixes task ``q``."""
-    mu, counts, prior_sum, loglik = _kernel("ds_step")(
-        layout.task, layout.start, wx, np.ascontiguousarray(log_conf), log_prior, gold
-    )
+    args = (layout.task, layout.start, wx, np.ascontiguousarray(log_conf), log_prior, gold)
+    if _backend == "numba":
+        args += (_n_chunks(log_conf.size),)
+    mu, counts, prior_sum, loglik = _kernel("ds_step")(*args)
     return mu, counts, prior_sum, float(loglik)
 
 
@@ -354,7 +390,7 @@ def one_coin_step(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """One one-coin EM iteration; returns posteriors, per-worker summed posterior of the given
     labels, the posteriors' column sums, and the log-likelihood."""
-    mu, skill, prior_sum, loglik = _kernel("one_coin_step")(
+    args = (
         layout.task,
         layout.start,
         layout.worker,
@@ -364,6 +400,9 @@ def one_coin_step(
         log_prior,
         gold,
     )
+    if _backend == "numba":
+        args += (_n_chunks(log_right.size),)
+    mu, skill, prior_sum, loglik = _kernel("one_coin_step")(*args)
     return mu, skill, prior_sum, float(loglik)
 
 
