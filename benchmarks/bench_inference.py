@@ -83,7 +83,7 @@ def compare(answers, label: str, repeat: int, ck_repeat: int, methods: list[str]
             if frame is None:
                 frame = answers.to_frame().rename(columns={"answer": "label"})
             model = getattr(ck, ck_name)
-            t_ck, labels = best_of(lambda m=model: m().fit_predict(frame), ck_repeat)
+            t_ck, labels = best_of(lambda m=model, f=frame: m().fit_predict(f), ck_repeat)
             ours = est.truths_
             same = (ours.loc[labels.index].to_numpy() == labels.to_numpy()).mean()
             row.update(
