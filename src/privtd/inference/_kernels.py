@@ -100,6 +100,36 @@ def _one_coin_step_np(
     return log_rho, skill, log_rho.sum(axis=0), loglik
 
 
+def _worker_loss_np(
+    t: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    truth: np.ndarray,
+    inv_scale: np.ndarray,
+    squared: bool,
+    n_w: int,
+) -> np.ndarray:
+    resid = x - truth[t]
+    d = resid * resid if squared else np.abs(resid)
+    return np.bincount(w, weights=d * inv_scale[t], minlength=n_w)
+
+
+def _weighted_task_sums_np(
+    t: np.ndarray, w: np.ndarray, x: np.ndarray, weight: np.ndarray, n_t: int
+) -> tuple[np.ndarray, np.ndarray]:
+    per_answer = weight[w]
+    return (
+        np.bincount(t, weights=per_answer * x, minlength=n_t),
+        np.bincount(t, weights=per_answer, minlength=n_t),
+    )
+
+
+def _order_by_task_then_value_np(
+    task: np.ndarray, value: np.ndarray, start: np.ndarray, is_sorted: bool
+) -> np.ndarray:
+    return np.lexsort((value, task))
+
+
 def _fix_gold(mu: np.ndarray, gold: np.ndarray) -> None:
     fixed = gold >= 0
     if fixed.any():
@@ -262,7 +292,49 @@ def _compile() -> dict[str, Callable[..., Any]]:
             loglik[ch] = state[0] + np.log(state[1])
         return mu, skill.sum(axis=0), prior_sum.sum(axis=0), loglik.sum()
 
+    @jit
+    def worker_loss(t, w, x, truth, inv_scale, squared, n_w):  # type: ignore[no-untyped-def]
+        out = np.zeros(n_w)
+        for i in range(t.shape[0]):
+            r = x[i] - truth[t[i]]
+            out[w[i]] += (r * r if squared else abs(r)) * inv_scale[t[i]]
+        return out
+
+    @jit
+    def weighted_task_sums(t, w, x, weight, n_t):  # type: ignore[no-untyped-def]
+        num = np.zeros(n_t)
+        den = np.zeros(n_t)
+        for i in range(t.shape[0]):
+            v = weight[w[i]]
+            num[t[i]] += v * x[i]
+            den[t[i]] += v
+        return num, den
+
+    @jit
+    def order_by_task_then_value(task, value, start, is_sorted):  # type: ignore[no-untyped-def]
+        # A stable O(n) counting sort by task (skipped when already sorted), then a small sort
+        # of each task's few values: far cheaper than a global sort of 1e7 answers.
+        n = task.shape[0]
+        by_task = np.arange(n)
+        if not is_sorted:
+            pos = start[:-1].copy()
+            for i in range(n):
+                q = task[i]
+                by_task[pos[q]] = i
+                pos[q] += 1
+        out = np.empty(n, dtype=np.int64)
+        for q in range(start.shape[0] - 1):
+            a, b = start[q], start[q + 1]
+            seg = by_task[a:b]
+            local = np.argsort(value[seg])
+            for j in range(b - a):
+                out[a + j] = seg[local[j]]
+        return out
+
     return {
+        "order_by_task_then_value": order_by_task_then_value,
+        "worker_loss": worker_loss,
+        "weighted_task_sums": weighted_task_sums,
         "ds_step": ds_step,
         "one_coin_step": one_coin_step,
         "gather_scatter": gather_scatter,
@@ -274,6 +346,9 @@ def _compile() -> dict[str, Callable[..., Any]]:
 
 
 _NUMPY = {
+    "order_by_task_then_value": _order_by_task_then_value_np,
+    "worker_loss": _worker_loss_np,
+    "weighted_task_sums": _weighted_task_sums_np,
     "ds_step": _ds_step_np,
     "one_coin_step": _one_coin_step_np,
     "gather_scatter": _gather_scatter_np,
@@ -404,6 +479,38 @@ def one_coin_step(
         args += (_n_chunks(log_right.size),)
     mu, skill, prior_sum, loglik = _kernel("one_coin_step")(*args)
     return mu, skill, prior_sum, float(loglik)
+
+
+def sort_by_task_then_value(task: np.ndarray, value: np.ndarray, n_tasks: int) -> np.ndarray:
+    """The permutation sorting answers by task, and by value within a task.
+
+    Compiled: a counting sort by task and a small sort per task, several times faster than
+    ``np.lexsort`` (the numpy path) on 1e7 answers.
+    """
+    start = np.zeros(n_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(task, minlength=n_tasks), out=start[1:])
+    is_sorted = task.size < 2 or bool(np.all(task[1:] >= task[:-1]))
+    return _kernel("order_by_task_then_value")(task, value, start, is_sorted)
+
+
+def worker_loss(
+    t: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    truth: np.ndarray,
+    inv_scale: np.ndarray,
+    squared: bool,
+    n_w: int,
+) -> np.ndarray:
+    """Per worker, ``sum (x - truth[t])^2 * inv_scale[t]`` (or the absolute deviation)."""
+    return _kernel("worker_loss")(t, w, x, truth, inv_scale, bool(squared), n_w)
+
+
+def weighted_task_sums(
+    t: np.ndarray, w: np.ndarray, x: np.ndarray, weight: np.ndarray, n_t: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, ``sum weight[w] * x`` and ``sum weight[w]``: a weighted mean's two halves."""
+    return _kernel("weighted_task_sums")(t, w, x, np.ascontiguousarray(weight, dtype=float), n_t)
 
 
 def softmax_loglik(log_rho: np.ndarray) -> float:

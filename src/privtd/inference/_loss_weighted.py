@@ -14,7 +14,7 @@ from .._rng import RNGLike
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice
-from ._ops import SortedByTask, argmax_ties, vote_matrix, weighted_mean
+from ._ops import SortedByTask, argmax_ties, vote_matrix, weighted_mean_from_sums
 
 _FLOOR = 1e-12
 
@@ -114,31 +114,28 @@ class LossWeightedEstimator(Estimator):
             truth = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
         if gold is not None:
             truth[gold.index] = gold.value
-        scale = None
+        inv_scale = np.ones(n_t)
         if self.normalize_by_std:
             n_q = answers.task_counts()
             mean = np.bincount(t, weights=x, minlength=n_t) / n_q
             var = np.bincount(t, weights=(x - mean[t]) ** 2, minlength=n_t) / n_q
-            scale = np.maximum(np.sqrt(var), _FLOOR)
+            inv_scale = 1.0 / np.maximum(np.sqrt(var), _FLOOR)
+        squared = self.numeric_loss == "squared"
         objective: list[float] = []
         converged = False
         weight = np.ones(n_w)
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            resid = x - truth[t]
-            d = resid * resid if self.numeric_loss == "squared" else np.abs(resid)
-            if scale is not None:
-                d = d / scale[t]
-            loss = np.bincount(w, weights=d, minlength=n_w)
+            loss = _kernels.worker_loss(t, w, x, truth, inv_scale, squared, n_w)
             weight = self._weights(loss, counts)
             objective.append(float(weight @ loss))
-            per_answer = weight[w]
-            if self.numeric_loss == "squared":
-                new = weighted_mean(t, x, per_answer, n_t)
+            if squared:
+                num, den = _kernels.weighted_task_sums(t, w, x, weight, n_t)
+                new = weighted_mean_from_sums(num, den, t, x, n_t)
             else:
                 assert sorted_ is not None
-                new = sorted_.weighted_median(per_answer)
+                new = sorted_.weighted_median(weight[w])
             if gold is not None:
                 new[gold.index] = gold.value
             change = float(np.max(np.abs(new - truth)))

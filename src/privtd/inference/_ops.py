@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._rng import RNGLike, check_rng
+from . import _kernels
 
 
 def vote_matrix(
@@ -39,12 +40,10 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
-def weighted_mean(
-    task: np.ndarray, value: np.ndarray, weight_per_answer: np.ndarray, n_tasks: int
+def weighted_mean_from_sums(
+    num: np.ndarray, den: np.ndarray, task: np.ndarray, value: np.ndarray, n_tasks: int
 ) -> np.ndarray:
-    """Per task ``sum(w x) / sum(w)``; a task whose weights sum to 0 gets the plain mean."""
-    num = np.bincount(task, weights=weight_per_answer * value, minlength=n_tasks)
-    den = np.bincount(task, weights=weight_per_answer, minlength=n_tasks)
+    """``num / den`` per task; a task whose weights sum to 0 gets the plain mean."""
     bad = ~(den > 0)
     if bad.any():
         plain = np.bincount(task, weights=value, minlength=n_tasks) / np.maximum(
@@ -62,7 +61,7 @@ class SortedByTask:
     """
 
     def __init__(self, task: np.ndarray, value: np.ndarray, n_tasks: int) -> None:
-        self.order = np.lexsort((value, task))
+        self.order = _kernels.sort_by_task_then_value(task, value, n_tasks)
         self.task = task[self.order]
         self.value = value[self.order]
         counts = np.bincount(task, minlength=n_tasks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_float
 from ._ops import SortedByTask
 
@@ -100,19 +101,16 @@ class GTM(Estimator):
         objective: list[float] = []
         converged = False
         n_iter = 0
+        ones = np.ones(n_t)
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            prec = 1.0 / var[w]
-            num = self.mu0 * prior_prec + np.bincount(t, weights=z * prec, minlength=n_t)
-            den = prior_prec + np.bincount(t, weights=prec, minlength=n_t)
-            new = num / den
+            num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, n_t)
+            new = (self.mu0 * prior_prec + num) / (prior_prec + den)
             if gold is not None:
                 new[gold.index] = gold_z
-            sq = (z - new[t]) ** 2
-            var = (2 * self.beta + np.bincount(w, weights=sq, minlength=n_w)) / (
-                2 * (self.alpha + 1) + n_u
-            )
-            objective.append(self._log_posterior(new, var, sq, w))
+            sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, n_w)
+            var = (2 * self.beta + sq_sum) / (2 * (self.alpha + 1) + n_u)
+            objective.append(self._log_posterior(new, var, sq_sum, n_u))
             change = np.linalg.norm(new - mu) / max(float(np.linalg.norm(mu)), 1e-12)
             mu = new
             if change < self.tol:
@@ -131,9 +129,10 @@ class GTM(Estimator):
         )
 
     def _log_posterior(
-        self, mu: np.ndarray, var: np.ndarray, sq: np.ndarray, w: np.ndarray
+        self, mu: np.ndarray, var: np.ndarray, sq_sum: np.ndarray, n_u: np.ndarray
     ) -> float:
-        like = -0.5 * (np.log(var[w]).sum() + (sq / var[w]).sum())
+        # Per-worker sums make this O(workers + tasks), not another pass over the answers.
+        like = -0.5 * (n_u @ np.log(var) + (sq_sum / var).sum())
         prior_mu = -0.5 * ((mu - self.mu0) ** 2).sum() / self.sigma0_sq
         prior_var = (-(self.alpha + 1) * np.log(var) - self.beta / var).sum()
         return float(like + prior_mu + prior_var)
