@@ -330,7 +330,8 @@ class Answers:
         matrix = matrix.copy()
         matrix.index = matrix.index.rename("task")
         matrix.columns = matrix.columns.rename("worker")
-        long = matrix.stack(future_stack=True).dropna().rename("answer").reset_index()
+        stacked: pd.Series = matrix.stack(future_stack=True).dropna()  # type: ignore[assignment]
+        long = stacked.rename("answer").reset_index()
         return cls.from_frame(long, **kwargs)
 
     # ------------------------------------------------------------------ transforms
@@ -550,7 +551,7 @@ def _resolve_duplicates(
             "on_duplicate='mean' needs numeric answers; use 'majority' for labels."
         )
     if policy in ("first", "last"):
-        keep = ~pd.Series(pair).duplicated(keep=policy).to_numpy()
+        keep = ~pd.Series(pair).duplicated(keep="first" if policy == "first" else "last").to_numpy()
         note = f"kept the {policy} of repeated answers, dropping {n_extra} row(s)"
         return t[keep], w[keep], value[keep], note
     keep = ~pd.Series(pair).duplicated(keep="first").to_numpy()

@@ -218,9 +218,9 @@ def infer(
         task=task_col,
         worker=worker_col,
         answer=answer_col,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         on_duplicate=on_duplicate,
-        on_missing=on_missing,  # type: ignore[arg-type]
+        on_missing=on_missing,
     )
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
@@ -238,7 +238,7 @@ def infer(
     _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
     if workers_output:
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
-    if probas_output:
+    if probas_output and estimator.probas_ is not None:
         _atomic_csv(estimator.probas_.rename_axis("task"), probas_output, index=True)
     status = "converged" if estimator.converged_ else "did not converge"
     click.echo(

@@ -104,8 +104,8 @@ def make_categorical(
                 f"confusion must have shape ({n_workers}, {k}, {k}) with columns summing to 1."
             )
         cdf = np.cumsum(conf, axis=1)  # (W, K_answer, K_truth)
-        u = gen.random(task.shape[0])
-        cdf_rows = cdf[worker, :, y]  # (n, K)
+        u = np.asarray(gen.random(task.shape[0]))
+        cdf_rows: np.ndarray = cdf[worker, :, y]  # (n, K)
         value = (u[:, None] > cdf_rows).sum(axis=1).clip(max=k - 1)
         params["confusion"] = conf
     else:

@@ -43,7 +43,7 @@ class Gold:
             )
         index = answers.encode_tasks(series.index, "gold")
         if answers.is_categorical:
-            value = answers.encode_labels(series.to_numpy(), "gold")
+            value = answers.encode_labels(pd.Index(series.to_numpy()), "gold")
         else:
             try:
                 value = series.to_numpy(dtype=np.float64)
@@ -200,7 +200,11 @@ def _check_float(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    ok = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and bool(np.isfinite(float(value)))
+    )
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:

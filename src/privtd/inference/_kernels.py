@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ValidationError
 
+numba: Any
 try:  # numba is an optional extra
     import numba
 except ImportError:  # pragma: no cover - depends on the environment
@@ -143,7 +144,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     jit = numba.njit(cache=True, nogil=True)
 
     @jit
-    def gather_scatter(dst, src, table, n_out):  # type: ignore[no-untyped-def]
+    def gather_scatter(dst, src, table, n_out):
         k = table.shape[1]
         out = np.zeros((n_out, k))
         for i in range(dst.shape[0]):
@@ -153,28 +154,28 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return out
 
     @jit
-    def worker_votes(t, x, w, worker_weight, n_t, k):  # type: ignore[no-untyped-def]
+    def worker_votes(t, x, w, worker_weight, n_t, k):
         out = np.zeros((n_t, k))
         for i in range(t.shape[0]):
             out[t[i], x[i]] += worker_weight[w[i]]
         return out
 
     @jit
-    def pick_sum(t, x, w, mu, n_w):  # type: ignore[no-untyped-def]
+    def pick_sum(t, x, w, mu, n_w):
         out = np.zeros(n_w)
         for i in range(t.shape[0]):
             out[w[i]] += mu[t[i], x[i]]
         return out
 
     @jit
-    def worker_sum(t, w, worker_value, n_t):  # type: ignore[no-untyped-def]
+    def worker_sum(t, w, worker_value, n_t):
         out = np.zeros(n_t)
         for i in range(t.shape[0]):
             out[t[i]] += worker_value[w[i]]
         return out
 
     @jit
-    def softmax_loglik(log_rho):  # type: ignore[no-untyped-def]
+    def softmax_loglik(log_rho):
         n, k = log_rho.shape
         loglik = 0.0
         for r in range(n):
@@ -195,7 +196,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     par = numba.njit(cache=True, nogil=True, parallel=True)
 
     @jit
-    def finish_row(row, k, gold_label):  # type: ignore[no-untyped-def]
+    def finish_row(row, k, gold_label):
         """Softmax ``row`` in place (one-hot when gold); returns (max, normaliser).
 
         The largest entry needs no exp (it is exp(0) = 1), so K = 2 costs one exp per task.
@@ -220,7 +221,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return top, total
 
     @jit
-    def add_loglik(top, total, state):  # type: ignore[no-untyped-def]
+    def add_loglik(top, total, state):
         # sum(log total) as a running product with a separate exponent: one multiply per task
         # instead of one log. total is in [1, K], so the product overflows only every ~400 tasks.
         state[0] += top
@@ -230,7 +231,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
             state[0] += 460.51701859880916  # log(1e200)
 
     @par
-    def ds_step(t, start, wx, log_conf, log_prior, gold, n_chunks):  # type: ignore[no-untyped-def]
+    def ds_step(t, start, wx, log_conf, log_prior, gold, n_chunks):
         # One pass per EM iteration. Answers are sorted by task, so each task's E-step sum stays
         # in registers and its posterior goes straight into the next M-step's counts. Tasks are
         # split into a fixed number of blocks (one private count table each), so results do not
@@ -263,7 +264,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return mu, counts.sum(axis=0), prior_sum.sum(axis=0), loglik[:, 0].sum()
 
     @par
-    def one_coin_step(t, start, w, x, log_right, log_wrong, log_prior, gold, n_chunks):  # type: ignore[no-untyped-def]
+    def one_coin_step(t, start, w, x, log_right, log_wrong, log_prior, gold, n_chunks):
         n_t, k = start.shape[0] - 1, log_prior.shape[0]
         mu = np.empty((n_t, k))
         skill = np.zeros((n_chunks, log_right.shape[0]))
@@ -293,7 +294,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return mu, skill.sum(axis=0), prior_sum.sum(axis=0), loglik.sum()
 
     @jit
-    def worker_loss(t, w, x, truth, inv_scale, squared, n_w):  # type: ignore[no-untyped-def]
+    def worker_loss(t, w, x, truth, inv_scale, squared, n_w):
         out = np.zeros(n_w)
         for i in range(t.shape[0]):
             r = x[i] - truth[t[i]]
@@ -301,7 +302,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return out
 
     @jit
-    def weighted_task_sums(t, w, x, weight, n_t):  # type: ignore[no-untyped-def]
+    def weighted_task_sums(t, w, x, weight, n_t):
         num = np.zeros(n_t)
         den = np.zeros(n_t)
         for i in range(t.shape[0]):
@@ -311,7 +312,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
         return num, den
 
     @jit
-    def order_by_task_then_value(task, value, start, is_sorted):  # type: ignore[no-untyped-def]
+    def order_by_task_then_value(task, value, start, is_sorted):
         # A stable O(n) counting sort by task (skipped when already sorted), then a small sort
         # of each task's few values: far cheaper than a global sort of 1e7 answers.
         n = task.shape[0]
@@ -345,7 +346,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
     }
 
 
-_NUMPY = {
+_NUMPY: dict[str, Callable[..., Any]] = {
     "order_by_task_then_value": _order_by_task_then_value_np,
     "worker_loss": _worker_loss_np,
     "weighted_task_sums": _weighted_task_sums_np,
@@ -449,7 +450,14 @@ def ds_step(
     """One Dawid-Skene EM iteration: E-step with ``log_conf`` (rows ``w * K + answer``) and
     ``log_prior``, then the M-step counts. Returns posteriors, counts ``(W * K, K)``, the
     posteriors' column sums, and the log-likelihood. ``gold[q] >= 0`` fixes task ``q``."""
-    args = (layout.task, layout.start, wx, np.ascontiguousarray(log_conf), log_prior, gold)
+    args: tuple[Any, ...] = (
+        layout.task,
+        layout.start,
+        wx,
+        np.ascontiguousarray(log_conf),
+        log_prior,
+        gold,
+    )
     if _backend == "numba":
         args += (_n_chunks(log_conf.size),)
     mu, counts, prior_sum, loglik = _kernel("ds_step")(*args)
@@ -465,7 +473,7 @@ def one_coin_step(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """One one-coin EM iteration; returns posteriors, per-worker summed posterior of the given
     labels, the posteriors' column sums, and the log-likelihood."""
-    args = (
+    args: tuple[Any, ...] = (
         layout.task,
         layout.start,
         layout.worker,

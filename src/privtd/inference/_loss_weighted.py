@@ -7,6 +7,7 @@ Each subclass says which loss it uses and how a worker's summed loss becomes a w
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class LossWeightedEstimator(Estimator):
     ``objective_`` records ``sum_u weight_u * loss_u`` after each weight step.
     """
 
-    kinds = ("categorical", "numeric")
+    kinds: ClassVar[tuple[str, ...]] = ("categorical", "numeric")
     iterative = True
     #: "squared" or "absolute" for numeric answers; categorical answers always use 0-1 loss.
     numeric_loss: str = "squared"

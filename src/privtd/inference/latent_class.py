@@ -41,7 +41,7 @@ class LatentClass(Estimator):
         if answers.n_labels != 2:
             raise ValidationError(
                 f"LatentClass is binary; these answers have {answers.n_labels} labels "
-                f"{list(answers.labels)}. Use DawidSkene (method 'ds') for more labels."
+                f"{list(answers.labels) if answers.labels is not None else []}. Use DawidSkene (method 'ds') for more labels."
             )
         t, w = answers.task, answers.worker
         x = answers.value.astype(np.float64)

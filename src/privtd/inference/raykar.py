@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ._base import _check_choice, _check_float
@@ -20,7 +22,7 @@ class Raykar(LossWeightedEstimator):
     ``weights_["weight"]`` is the precision used in the truth step.
     """
 
-    kinds = ("numeric",)
+    kinds: ClassVar[tuple[str, ...]] = ("numeric",)
     numeric_loss = "squared"
 
     def __init__(

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ._loss_weighted import LossWeightedEstimator
@@ -16,7 +18,7 @@ class WeightedAverage(LossWeightedEstimator):
     normalised to sum to 1 (this does not change the truths).
     """
 
-    kinds = ("numeric",)
+    kinds: ClassVar[tuple[str, ...]] = ("numeric",)
     numeric_loss = "squared"
     init = "mean"
 
