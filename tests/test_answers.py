@@ -184,8 +184,9 @@ def test_csv_and_parquet_round_trip(tmp_path):
     assert list(ans.tasks) == ["007", "8"]  # ids stay strings: "007" is not 7
     assert list(ans.labels) == [0, 1]
     pq = tmp_path / "a.parquet"
-    ids.to_parquet(pq)
-    assert Answers.from_path(str(pq)).to_frame().equals(ans.to_frame())
+    ans.to_parquet(str(pq))
+    again = Answers.from_path(str(pq))
+    assert again.to_frame().equals(ans.to_frame())
 
 
 def test_unreadable_files(tmp_path):

@@ -165,3 +165,20 @@ def test_console_script_help():
     assert result.returncode == 0
     for option in ("--method", "--output", "--workers-output", "--on-duplicate", "--gold"):
         assert option in result.stdout
+
+
+def test_single_answer_policy_is_reported(tmp_path, capsys):
+    data = tmp_path / "a.csv"
+    pd.DataFrame({"task": [1, 1, 2], "worker": ["a", "b", "a"], "answer": [0, 1, 1]}).to_csv(
+        data, index=False
+    )
+    out = tmp_path / "t.csv"
+    code, _, err = run(
+        ["infer", str(data), "-m", "mv", "-o", str(out), "--single-task", "drop"], capsys
+    )
+    assert code == 0 and "note: dropped 1 task(s) with a single answer" in err
+    assert pd.read_csv(out)["task"].tolist() == [1]
+    code, _, err = run(
+        ["infer", str(data), "-m", "mv", "-o", str(out), "--single-worker", "error"], capsys
+    )
+    assert code == 2 and "exactly one answer" in err

@@ -158,6 +158,10 @@ class Answers:
     def to_csv(self, path: str) -> None:
         self.to_frame().to_csv(path, index=False)
 
+    def to_parquet(self, path: str) -> None:
+        """Write the long table as Parquet (needs ``pip install 'privtd[parquet]'``)."""
+        self.to_frame().to_parquet(path, index=False)
+
     # ------------------------------------------------------------------ in
     @classmethod
     def from_frame(

@@ -177,6 +177,20 @@ def cli() -> None:
     help="Rows with a missing task, worker or answer.",
 )
 @click.option(
+    "--single-task",
+    type=click.Choice(["keep", "drop", "error"]),
+    default="keep",
+    show_default=True,
+    help="Tasks with exactly one answer.",
+)
+@click.option(
+    "--single-worker",
+    type=click.Choice(["keep", "drop", "error"]),
+    default="keep",
+    show_default=True,
+    help="Workers with exactly one answer.",
+)
+@click.option(
     "--gold",
     type=click.Path(dir_okay=False),
     help="CSV task,truth of known truths, fixed during fitting.",
@@ -205,6 +219,8 @@ def infer(
     answer_col: str,
     on_duplicate: str,
     on_missing: str,
+    single_task: str,
+    single_worker: str,
     gold: str | None,
     param: tuple[str, ...],
     progress: bool | None,
@@ -221,6 +237,8 @@ def infer(
         kind=kind,
         on_duplicate=on_duplicate,
         on_missing=on_missing,
+        single_task=single_task,
+        single_worker=single_worker,
     )
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
