@@ -131,6 +131,28 @@ def _order_by_task_then_value_np(
     return np.lexsort((value, task))
 
 
+def _vote_step_np(
+    t: np.ndarray,
+    start: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    weight: np.ndarray,
+    truth: np.ndarray,
+    gold: np.ndarray,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    n_t = start.shape[0] - 1
+    votes = _worker_votes_np(t, x, w, weight, n_t, k)
+    new = votes.argmax(axis=1)
+    fixed = gold >= 0
+    new[fixed] = gold[fixed]
+    top = votes.max(axis=1)
+    log_norm = top + np.log(np.exp(votes - top[:, None]).sum(axis=1))
+    log_post = float((votes[np.arange(n_t), new] - log_norm).sum())
+    matches = np.bincount(w, weights=new[t] == x, minlength=weight.shape[0])
+    return new, matches, log_post, int((new != truth).sum())
+
+
 def _fix_gold(mu: np.ndarray, gold: np.ndarray) -> None:
     fixed = gold >= 0
     if fixed.any():
@@ -332,7 +354,42 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 out[a + j] = seg[local[j]]
         return out
 
+    @jit
+    def vote_step(t, start, w, x, weight, truth, gold, k):
+        # One weighted-vote iteration in one pass: each task's votes in registers, its new label
+        # (ties to the smallest code), its log-posterior, and the agreement counts of the
+        # workers who answered it, which give the next iteration's weights.
+        n_t = start.shape[0] - 1
+        new = np.empty(n_t, dtype=np.int64)
+        matches = np.zeros(weight.shape[0])
+        row = np.empty(k)
+        log_post = 0.0
+        changed = 0
+        for q in range(n_t):
+            row[:] = 0.0
+            for i in range(start[q], start[q + 1]):
+                row[x[i]] += weight[w[i]]
+            best = 0
+            for c in range(1, k):
+                if row[c] > row[best]:
+                    best = c
+            top = row[best]
+            if gold[q] >= 0:
+                best = gold[q]
+            total = 0.0
+            for c in range(k):
+                total += np.exp(row[c] - top)
+            log_post += row[best] - top - np.log(total)
+            new[q] = best
+            if best != truth[q]:
+                changed += 1
+            for i in range(start[q], start[q + 1]):
+                if x[i] == best:
+                    matches[w[i]] += 1.0
+        return new, matches, log_post, changed
+
     return {
+        "vote_step": vote_step,
         "order_by_task_then_value": order_by_task_then_value,
         "worker_loss": worker_loss,
         "weighted_task_sums": weighted_task_sums,
@@ -347,6 +404,7 @@ def _compile() -> dict[str, Callable[..., Any]]:
 
 
 _NUMPY: dict[str, Callable[..., Any]] = {
+    "vote_step": _vote_step_np,
     "order_by_task_then_value": _order_by_task_then_value_np,
     "worker_loss": _worker_loss_np,
     "weighted_task_sums": _weighted_task_sums_np,
@@ -487,6 +545,25 @@ def one_coin_step(
         args += (_n_chunks(log_right.size),)
     mu, skill, prior_sum, loglik = _kernel("one_coin_step")(*args)
     return mu, skill, prior_sum, float(loglik)
+
+
+def vote_step(
+    layout: TaskLayout, weight: np.ndarray, truth: np.ndarray, gold: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """One weighted-vote iteration with per-worker ``weight``: new labels (ties to the smallest
+    code, gold fixed), per-worker agreement counts with them, the summed log-posterior of the
+    chosen labels, and how many labels changed from ``truth``."""
+    new, matches, log_post, changed = _kernel("vote_step")(
+        layout.task,
+        layout.start,
+        layout.worker,
+        layout.value,
+        np.ascontiguousarray(weight, dtype=float),
+        truth,
+        gold,
+        k,
+    )
+    return new, matches, float(log_post), int(changed)
 
 
 def sort_by_task_then_value(task: np.ndarray, value: np.ndarray, n_tasks: int) -> np.ndarray:

@@ -40,8 +40,8 @@ class LatentClass(Estimator):
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         if answers.n_labels != 2:
             raise ValidationError(
-                f"LatentClass is binary; these answers have {answers.n_labels} labels "
-                f"{list(answers.labels) if answers.labels is not None else []}. Use DawidSkene (method 'ds') for more labels."
+                f"LatentClass is binary; these answers have {answers.n_labels} labels. "
+                "Use DawidSkene (method 'ds') for more labels."
             )
         t, w = answers.task, answers.worker
         x = answers.value.astype(np.float64)

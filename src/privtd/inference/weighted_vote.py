@@ -9,6 +9,7 @@ from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._ops import argmax_ties, softmax_rows, vote_matrix
+from .dawid_skene import gold_array
 
 
 class WeightedVote(Estimator):
@@ -63,34 +64,33 @@ class WeightedVote(Estimator):
         t, w, x = answers.task, answers.worker, answers.value
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         counts = answers.worker_counts()
-        weight = np.ones(n_w)
-        votes = vote_matrix(t, x, n_t, k)
-        truth = argmax_ties(votes, self.tie_break, self.rng)
-        if gold is not None:
-            truth[gold.index] = gold.value
+        layout = _kernels.TaskLayout(t, w, x, n_t)
+        gold_labels = gold_array(gold, n_t)
+        truth = argmax_ties(vote_matrix(t, x, n_t, k), self.tie_break, self.rng)
+        truth[gold_labels >= 0] = gold_labels[gold_labels >= 0]
+        matches = np.bincount(w, weights=truth[t] == x, minlength=n_w)
         objective: list[float] = []
         converged = False
-        accuracy = np.full(n_w, 1.0 / k)
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            matches = np.bincount(w, weights=truth[t] == x, minlength=n_w)
             accuracy = (matches + self.smoothing / k) / (counts + self.smoothing)
             p = np.clip(accuracy, self.eta, 1.0 - self.eta)
             weight = np.log((k - 1) * p / (1.0 - p))
-            votes = _kernels.worker_votes(t, x, w, weight, n_t, k)
-            new = argmax_ties(votes, self.tie_break, self.rng)
-            if gold is not None:
-                new[gold.index] = gold.value
-            log_post = votes - votes.max(axis=1, keepdims=True)
-            log_post -= np.log(np.exp(log_post).sum(axis=1, keepdims=True))
-            objective.append(float(log_post[np.arange(n_t), new].sum()))
-            changed = int((new != truth).sum())
+            if self.tie_break == "first":
+                new, matches, log_post, changed = _kernels.vote_step(
+                    layout, weight, truth, gold_labels, k
+                )
+            else:
+                new, matches, log_post, changed = self._random_tie_step(
+                    answers, weight, truth, gold_labels
+                )
+            objective.append(log_post)
             truth = new
             if changed <= self.tol:
                 converged = True
                 break
-        proba = softmax_rows(votes.copy())
+        proba = softmax_rows(_kernels.worker_votes(t, x, w, weight, n_t, k))
         if gold is not None:
             proba[gold.index] = np.eye(k)[gold.value]
         self._set_results(
@@ -103,3 +103,17 @@ class WeightedVote(Estimator):
             objective=objective,
             worker_columns={"accuracy": accuracy},
         )
+
+    def _random_tie_step(
+        self, answers: Answers, weight: np.ndarray, truth: np.ndarray, gold: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, float, int]:
+        """The iteration of :func:`_kernels.vote_step`, with ties broken at random."""
+        t, w, x = answers.task, answers.worker, answers.value
+        votes = _kernels.worker_votes(t, x, w, weight, answers.n_tasks, answers.n_labels)
+        new = argmax_ties(votes, "random", self.rng)
+        new[gold >= 0] = gold[gold >= 0]
+        log_post = votes - votes.max(axis=1, keepdims=True)
+        log_post -= np.log(np.exp(log_post).sum(axis=1, keepdims=True))
+        chosen = float(log_post[np.arange(answers.n_tasks), new].sum())
+        matches = np.bincount(w, weights=new[t] == x, minlength=answers.n_workers)
+        return new, matches, chosen, int((new != truth).sum())
