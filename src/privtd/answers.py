@@ -110,12 +110,26 @@ class Answers:
         return len(self.labels)
 
     def task_counts(self) -> np.ndarray:
-        """Number of answers per task code."""
-        return np.bincount(self.task, minlength=self.n_tasks)
+        """Number of answers per task code (computed once, read-only)."""
+        return self._counts("task")
 
     def worker_counts(self) -> np.ndarray:
-        """Number of answers per worker code."""
-        return np.bincount(self.worker, minlength=self.n_workers)
+        """Number of answers per worker code (computed once, read-only)."""
+        return self._counts("worker")
+
+    def _counts(self, axis: str) -> np.ndarray:
+        # Estimators ask for these several times per fit; the arrays never change, so cache them
+        # in the instance dict (allowed on a frozen dataclass) and hand out read-only views.
+        key = f"_{axis}_counts"
+        cached = self.__dict__.get(key)
+        if cached is None:
+            codes = self.task if axis == "task" else self.worker
+            cached = np.bincount(
+                codes, minlength=self.n_tasks if axis == "task" else self.n_workers
+            )
+            cached.flags.writeable = False
+            self.__dict__[key] = cached
+        return cached
 
     def __len__(self) -> int:
         return self.n_answers

@@ -153,6 +153,17 @@ def _vote_step_np(
     return new, matches, log_post, int((new != truth).sum())
 
 
+def _label_counts_np(t: np.ndarray, x: np.ndarray, n_t: int, k: int) -> np.ndarray:
+    flat = t.astype(np.int64) * k + x
+    return np.bincount(flat, minlength=n_t * k).reshape(n_t, k).astype(np.float64)
+
+
+def _agreement_np(
+    t: np.ndarray, w: np.ndarray, x: np.ndarray, truth: np.ndarray, n_w: int
+) -> np.ndarray:
+    return np.bincount(w, weights=truth[t] == x, minlength=n_w)
+
+
 def _fix_gold(mu: np.ndarray, gold: np.ndarray) -> None:
     fixed = gold >= 0
     if fixed.any():
@@ -388,7 +399,24 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     matches[w[i]] += 1.0
         return new, matches, log_post, changed
 
+    @jit
+    def label_counts(t, x, n_t, k):
+        out = np.zeros((n_t, k))
+        for i in range(t.shape[0]):
+            out[t[i], x[i]] += 1.0
+        return out
+
+    @jit
+    def agreement(t, w, x, truth, n_w):
+        out = np.zeros(n_w)
+        for i in range(t.shape[0]):
+            if x[i] == truth[t[i]]:
+                out[w[i]] += 1.0
+        return out
+
     return {
+        "label_counts": label_counts,
+        "agreement": agreement,
         "vote_step": vote_step,
         "order_by_task_then_value": order_by_task_then_value,
         "worker_loss": worker_loss,
@@ -404,6 +432,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
 
 
 _NUMPY: dict[str, Callable[..., Any]] = {
+    "label_counts": _label_counts_np,
+    "agreement": _agreement_np,
     "vote_step": _vote_step_np,
     "order_by_task_then_value": _order_by_task_then_value_np,
     "worker_loss": _worker_loss_np,
@@ -545,6 +575,18 @@ def one_coin_step(
         args += (_n_chunks(log_right.size),)
     mu, skill, prior_sum, loglik = _kernel("one_coin_step")(*args)
     return mu, skill, prior_sum, float(loglik)
+
+
+def label_counts(t: np.ndarray, x: np.ndarray, n_t: int, k: int) -> np.ndarray:
+    """``out[t, k]`` = number of answers to task ``t`` with label ``k``."""
+    return _kernel("label_counts")(t, x, n_t, k)
+
+
+def agreement(
+    t: np.ndarray, w: np.ndarray, x: np.ndarray, truth: np.ndarray, n_w: int
+) -> np.ndarray:
+    """Per worker, how many of its answers equal the task's current label ``truth[t]``."""
+    return _kernel("agreement")(t, w, x, truth, n_w)
 
 
 def vote_step(

@@ -14,10 +14,8 @@ def vote_matrix(
     n_tasks: int,
     n_labels: int,
 ) -> np.ndarray:
-    """``M[t, k]`` = number of answers to task ``t`` with label ``k`` (one bincount)."""
-    flat = task.astype(np.int64) * n_labels + value
-    counts = np.bincount(flat, minlength=n_tasks * n_labels)
-    return counts.reshape(n_tasks, n_labels).astype(np.float64, copy=False)
+    """``M[t, k]`` = number of answers to task ``t`` with label ``k`` (one scatter-add)."""
+    return _kernels.label_counts(task, value, n_tasks, n_labels)
 
 
 def argmax_ties(scores: np.ndarray, tie_break: str = "first", rng: RNGLike = None) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 
 from .._rng import RNGLike
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_choice
 from ._ops import argmax_ties, vote_matrix
 
@@ -39,10 +40,8 @@ class MajorityVote(Estimator):
             proba[gold.index] = np.eye(answers.n_labels)[gold.value]
         truth = argmax_ties(proba, self.tie_break, self.rng)
         agree = (
-            np.bincount(
-                answers.worker,
-                weights=truth[answers.task] == answers.value,
-                minlength=answers.n_workers,
+            _kernels.agreement(
+                answers.task, answers.worker, answers.value, truth, answers.n_workers
             )
             / answers.worker_counts()
         )

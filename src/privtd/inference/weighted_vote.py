@@ -68,7 +68,7 @@ class WeightedVote(Estimator):
         gold_labels = gold_array(gold, n_t)
         truth = argmax_ties(vote_matrix(t, x, n_t, k), self.tie_break, self.rng)
         truth[gold_labels >= 0] = gold_labels[gold_labels >= 0]
-        matches = np.bincount(w, weights=truth[t] == x, minlength=n_w)
+        matches = _kernels.agreement(t, w, x, truth, n_w)
         objective: list[float] = []
         converged = False
         n_iter = 0
