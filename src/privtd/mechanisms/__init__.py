@@ -1,0 +1,52 @@
+"""The worker's side: local mechanisms that perturb answers before they leave the device.
+
+Each mechanism is a small immutable object built from its natural parameter, with its
+``guarantee`` (epsilon, delta and the unit protected) and ``from_epsilon`` to calibrate.
+``perturb_worker`` is the record-local form a client runs; ``perturb`` the batch form for
+simulation; with the same integer seed both give the same output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ValidationError
+from ._base import Budget, Guarantee, Mechanism
+from .accounting import worker_totals
+from .randomized_response import BinaryRR, OneLayerRR, TwoLayerRR, flip_epsilon, flip_for_epsilon
+
+__all__ = [
+    "Mechanism",
+    "Guarantee",
+    "Budget",
+    "OneLayerRR",
+    "TwoLayerRR",
+    "BinaryRR",
+    "MECHANISMS",
+    "make_mechanism",
+    "worker_totals",
+    "flip_epsilon",
+    "flip_for_epsilon",
+]
+
+MECHANISMS: dict[str, type[Mechanism]] = {
+    "one-layer": OneLayerRR,
+    "two-layer": TwoLayerRR,
+    "binary-rr": BinaryRR,
+}
+
+
+def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Mechanism:
+    """Build a mechanism by name, from ``epsilon`` (calibrated) or from its natural parameters."""
+    try:
+        cls = MECHANISMS[name]
+    except KeyError:
+        raise ValidationError(
+            f"Unknown mechanism {name!r}. Choose one of {', '.join(MECHANISMS)}."
+        ) from None
+    try:
+        if epsilon is not None:
+            return cls.from_epsilon(epsilon, **params)
+        return cls(**params)
+    except TypeError as exc:
+        raise ValidationError(f"Bad parameter for mechanism {name!r}: {exc}.") from None

@@ -1,0 +1,204 @@
+"""What every local mechanism shares: its guarantee, and the two ways to run it."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from .._rng import RNGLike
+from ..answers import Answers
+from ..errors import BudgetExceededError, ValidationError
+from ._random import Draws, id_hashes
+
+Unit = Literal["answer", "cell", "attribute", "report", "worker"]
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """An (epsilon, delta) local-DP guarantee and what it protects.
+
+    ``unit`` says which neighbouring inputs it covers: one answer (P0), one cell including
+    NULL <-> value (P3), one attribute (P4), one report (P1), or all of one worker's answers.
+    """
+
+    epsilon: float
+    delta: float = 0.0
+    unit: Unit = "answer"
+    note: str = ""
+
+    def compose(self, k: int) -> Guarantee:
+        """Sequential composition over ``k`` answers: ``(k eps, k delta)`` for the worker."""
+        if k < 0:
+            raise ValidationError(f"Cannot compose a guarantee over {k} answers.")
+        return Guarantee(
+            self.epsilon * k if k else 0.0,
+            min(1.0, self.delta * k),
+            "worker",
+            f"sequential composition of {k} x ({self.epsilon:g}, {self.delta:g}) per {self.unit}",
+        )
+
+    def __str__(self) -> str:
+        eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.6g}"
+        delta = f", delta={self.delta:.3g}" if self.delta else ""
+        return f"epsilon={eps}{delta} per {self.unit}"
+
+
+class Budget:
+    """A worker's privacy budget: refuses, before anything is perturbed, a release that would
+    take the worker's composed epsilon (and delta) past it."""
+
+    def __init__(self, epsilon: float, delta: float = 0.0) -> None:
+        if not (epsilon >= 0 and math.isfinite(epsilon)) or not 0 <= delta <= 1:
+            raise ValidationError(
+                f"A budget needs a finite epsilon >= 0 and delta in [0, 1]. Got {epsilon}, {delta}."
+            )
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.spent_epsilon = 0.0
+        self.spent_delta = 0.0
+
+    @property
+    def remaining(self) -> float:
+        return self.epsilon - self.spent_epsilon
+
+    def charge(self, guarantee: Guarantee, n_answers: int) -> None:
+        total = guarantee.compose(n_answers)
+        eps = self.spent_epsilon + total.epsilon
+        delta = self.spent_delta + total.delta
+        if eps > self.epsilon * (1 + 1e-12) or delta > self.delta * (1 + 1e-12) + 0.0:
+            raise BudgetExceededError(
+                f"Perturbing {n_answers} answer(s) at {guarantee} would spend epsilon {eps:.6g} "
+                f"(delta {delta:.3g}) against a budget of {self.epsilon:g} (delta {self.delta:g}); "
+                f"{self.remaining:.6g} is left. Nothing was perturbed or sent."
+            )
+        self.spent_epsilon, self.spent_delta = eps, delta
+
+
+class Mechanism(ABC):
+    """A local mechanism: immutable, built from its natural parameter.
+
+    Subclasses define ``epsilon`` (and ``delta``), ``from_epsilon``, and ``_perturb_codes``, which
+    perturbs label codes given per-cell uniform draws. ``perturb_worker`` (record-local, what a
+    client device runs) and ``perturb`` (batch) both call it, so with an integer seed they give
+    identical output.
+    """
+
+    name: ClassVar[str]
+    unit: ClassVar[Unit] = "answer"
+    #: How many uniform streams one perturbation uses (per cell, plus per-worker ones).
+    n_streams: ClassVar[int] = 2
+
+    @property
+    @abstractmethod
+    def epsilon(self) -> float:
+        """The per-``unit`` epsilon this mechanism guarantees."""
+
+    @property
+    def delta(self) -> float:
+        return 0.0
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return Guarantee(self.epsilon, self.delta, self.unit, self._guarantee_note())
+
+    def _guarantee_note(self) -> str:
+        return ""
+
+    @classmethod
+    @abstractmethod
+    def from_epsilon(cls, epsilon: float, **params: Any) -> Mechanism:
+        """The mechanism whose guarantee is exactly ``epsilon`` per unit."""
+
+    def params(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+    def with_params(self, **changes: Any) -> Mechanism:
+        return replace(self, **changes)  # type: ignore[type-var]
+
+    # ------------------------------------------------------------------ running
+    @abstractmethod
+    def _perturb_codes(
+        self,
+        codes: np.ndarray,
+        worker_index: np.ndarray,
+        draws: Draws,
+        worker_hash: np.ndarray,
+        task_hash: np.ndarray,
+    ) -> np.ndarray:
+        """Perturbed codes for answers ``codes`` (``worker_index`` points into ``worker_hash``)."""
+
+    def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:
+        """Batch: perturb every worker's answers at once (for simulation)."""
+        self._check_answers(answers)
+        draws = Draws(rng)
+        worker_hash = (
+            id_hashes(answers.workers) if draws.keyed else np.zeros(answers.n_workers, np.uint64)
+        )
+        task_hash = (
+            id_hashes(answers.tasks) if draws.keyed else np.zeros(answers.n_tasks, np.uint64)
+        )
+        out = self._perturb_codes(
+            answers.value, answers.worker, draws, worker_hash, task_hash[answers.task]
+        )
+        return answers.with_values(out.astype(answers.value.dtype))
+
+    def perturb_worker(
+        self,
+        answers: Sequence[Hashable] | np.ndarray,
+        *,
+        labels: Sequence[Hashable],
+        worker: Hashable = "",
+        tasks: Sequence[Hashable] | None = None,
+        rng: RNGLike = None,
+        budget: Budget | None = None,
+    ) -> list[Any]:
+        """Record-local: one worker's own answers in, their perturbed answers out.
+
+        Needs only public parameters (this mechanism and the answer domain ``labels``). With an
+        integer ``rng`` seed, pass the worker's id and the task ids so the draws match the batch
+        run. A ``budget`` is charged first; if it would be exceeded nothing is perturbed.
+        """
+        domain = pd.Index(list(labels))
+        values = pd.Index(list(answers))
+        codes = domain.get_indexer(values)
+        if (codes < 0).any():
+            bad = values[codes < 0][:3].tolist()
+            raise ValidationError(
+                f"Answer(s) {bad} are not in the answer domain {list(domain)}. Fix them first."
+            )
+        self._check_domain(len(domain))
+        if tasks is None:
+            tasks = list(range(len(values)))
+        if len(tasks) != len(values):
+            raise ValidationError(f"Give one task id per answer: {len(tasks)} for {len(values)}.")
+        if budget is not None:
+            budget.charge(self.guarantee, len(values))
+        draws = Draws(rng)
+        worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
+        task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(values), np.uint64)
+        out = self._perturb_codes(
+            codes, np.zeros(len(codes), dtype=np.int64), draws, worker_hash, task_hash
+        )
+        return domain.take(out).tolist()
+
+    def _check_answers(self, answers: Answers) -> None:
+        if not answers.is_categorical:
+            raise ValidationError(
+                f"{type(self).__name__} perturbs categorical answers; these are numeric."
+            )
+        self._check_domain(answers.n_labels)
+
+    def _check_domain(self, n_labels: int) -> None:
+        """A mechanism built for ``s`` labels only perturbs answers over exactly ``s`` labels."""
+        expected = getattr(self, "n_labels", n_labels)
+        if n_labels != expected:
+            raise ValidationError(
+                f"{type(self).__name__} was built for {expected} labels; the answers have "
+                f"{n_labels}. Build it with n_labels={n_labels}."
+            )

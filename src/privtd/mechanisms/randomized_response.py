@@ -1,0 +1,237 @@
+"""Randomized response for categorical answers: P0's one-layer and two-layer mechanisms and
+P4's binary randomized response (SPEC B0.1-B0.3, B4.2, C1)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._rng import RNGLike
+from ..answers import Answers
+from ..errors import ValidationError
+from ._base import Mechanism, Unit
+from ._random import Draws, id_hashes
+
+# Stream numbers: which uniform each decision uses (cells: flip, replacement; worker: f_u).
+_FLIP, _OTHER, _WORKER_F = 1, 2, 3
+
+
+def _check_epsilon(owner: str, epsilon: float) -> float:
+    if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon >= 0:
+        raise ValidationError(
+            f"The 'epsilon' parameter of {owner} must be a float in [0, inf). Got {epsilon!r}."
+        )
+    return float(epsilon)
+
+
+def _check_labels(owner: str, n_labels: int) -> None:
+    if not isinstance(n_labels, (int, np.integer)) or n_labels < 2:
+        raise ValidationError(
+            f"The 'n_labels' parameter of {owner} must be an int >= 2. Got {n_labels!r}."
+        )
+
+
+def flip_epsilon(f: float | np.ndarray, n_labels: int) -> float | np.ndarray:
+    """``|ln((1 - f)(s - 1) / f)|``: the per-answer epsilon of flipping with probability ``f``
+    (P0 Theorem 6.2; infinite at ``f = 0``, 0 at ``f = (s - 1) / s``)."""
+    f = np.asarray(f, dtype=float)
+    with np.errstate(divide="ignore"):
+        eps = np.abs(np.log((1.0 - f) * (n_labels - 1)) - np.log(f))
+    return float(eps) if eps.ndim == 0 else eps
+
+
+def flip_for_epsilon(epsilon: float, n_labels: int) -> float:
+    """The flip probability ``(s - 1) / (s - 1 + e^eps)`` with that epsilon (``f <= (s-1)/s``)."""
+    return (n_labels - 1) / (n_labels - 1 + math.exp(epsilon))
+
+
+def _flip(
+    codes: np.ndarray, f: np.ndarray, n_labels: int, u_flip: np.ndarray, u_other: np.ndarray
+) -> np.ndarray:
+    """Keep each code with probability ``1 - f``, else replace it uniformly by one of the others."""
+    shift = 1 + np.minimum((u_other * (n_labels - 1)).astype(np.int64), n_labels - 2)
+    return np.where(u_flip < f, (codes + shift) % n_labels, codes)
+
+
+@dataclass(frozen=True)
+class OneLayerRR(Mechanism):
+    """P0's one-layer mechanism: every answer is kept with probability ``1 - f`` and otherwise
+    replaced by one of the other ``s - 1`` answers uniformly (SPEC B0.1-B0.2).
+
+    Guarantee
+        ``epsilon = |ln((1 - f)(s - 1) / f)|`` per answer, pure, and tight: the ratio of the
+        output probabilities of the true answer and any other is exactly ``e^epsilon``.
+        A worker who gives ``k`` answers has ``k epsilon`` in total (sequential composition).
+    Cost
+        One uniform draw for the flip and one for the replacement per answer.
+    Utility
+        A worker of accuracy ``p`` looks like one of accuracy ``p (1 - f) + (1 - p) f / (s - 1)``.
+    """
+
+    f: float
+    n_labels: int = 2
+    name: ClassVar[str] = "one-layer"
+    unit: ClassVar[Unit] = "answer"
+
+    def __post_init__(self) -> None:
+        _check_labels("OneLayerRR", self.n_labels)
+        if not isinstance(self.f, (int, float)) or not 0.0 < self.f < 1.0:
+            raise ValidationError(
+                f"The 'f' parameter of OneLayerRR must be a float in (0, 1). Got {self.f!r}."
+            )
+
+    @property
+    def epsilon(self) -> float:
+        return float(flip_epsilon(self.f, self.n_labels))
+
+    @classmethod
+    def from_epsilon(cls, epsilon: float, n_labels: int = 2) -> OneLayerRR:  # type: ignore[override]
+        _check_labels("OneLayerRR", n_labels)
+        eps = _check_epsilon("OneLayerRR", epsilon)
+        if math.isinf(eps):
+            raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
+        return cls(flip_for_epsilon(eps, n_labels), n_labels)
+
+    def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
+        wh = worker_hash[worker_index]
+        return _flip(
+            codes,
+            np.float64(self.f),
+            self.n_labels,
+            draws.uniform(_FLIP, wh, task_hash),
+            draws.uniform(_OTHER, wh, task_hash),
+        )
+
+
+@dataclass(frozen=True)
+class BinaryRR(OneLayerRR):
+    """P4's binary randomized response: keep the answer with probability ``keep`` (SPEC B4.2).
+
+    Guarantee
+        ``epsilon = |ln(keep / (1 - keep))|`` per attribute (one answer of the worker's vector),
+        pure and tight; ``m epsilon`` for a worker who answers ``m`` tasks.
+    """
+
+    f: float = 0.5
+    n_labels: int = 2
+    name: ClassVar[str] = "binary-rr"
+    unit: ClassVar[Unit] = "attribute"
+
+    @property
+    def keep(self) -> float:
+        return 1.0 - self.f
+
+    @classmethod
+    def from_keep(cls, keep: float) -> BinaryRR:
+        if not isinstance(keep, (int, float)) or not 0.0 < keep < 1.0:
+            raise ValidationError(
+                f"The 'keep' parameter of BinaryRR must be in (0, 1). Got {keep!r}."
+            )
+        return cls(1.0 - keep, 2)
+
+    @classmethod
+    def from_epsilon(cls, epsilon: float, n_labels: int = 2) -> BinaryRR:  # type: ignore[override]
+        if n_labels != 2:
+            raise ValidationError(f"BinaryRR is for 2 labels. Got n_labels={n_labels}.")
+        eps = _check_epsilon("BinaryRR", epsilon)
+        if math.isinf(eps):
+            raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
+        return cls.from_keep(math.exp(eps) / (math.exp(eps) + 1.0))
+
+
+@dataclass(frozen=True)
+class TwoLayerRR(Mechanism):
+    """P0's two-layer mechanism: each worker privately draws ``f_u ~ U(a, b)`` once and flips
+    every one of its answers with ``f_u`` (SPEC B0.3).
+
+    Guarantee
+        Per answer, with ``f_u`` unknown to the server: ``epsilon = |ln((2 - a - b)(s - 1) /
+        (a + b))|`` (P0 Theorem 6.3), the same as one-layer with ``f = (a + b) / 2``. Pure and
+        tight for a single answer.
+    Caveat (SPEC C3b)
+        A worker's answers share ``f_u``, so together they reveal it: given ``f_u`` each answer
+        only has ``|ln((1 - f_u)(s - 1) / f_u)|``, unbounded as ``f_u -> 0`` (and a worker with
+        ``f_u`` near 1 can be inverted). This is not worker-level LDP;
+        :meth:`conditional_epsilons` reports the per-worker figures.
+    Cost
+        One uniform per worker, two per answer.
+    """
+
+    a: float
+    b: float
+    n_labels: int = 2
+    name: ClassVar[str] = "two-layer"
+    unit: ClassVar[Unit] = "answer"
+    n_streams: ClassVar[int] = 3
+
+    def __post_init__(self) -> None:
+        _check_labels("TwoLayerRR", self.n_labels)
+        for name in ("a", "b"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValidationError(
+                    f"The '{name}' parameter of TwoLayerRR must be a float in [0, 1]. "
+                    f"Got {value!r}."
+                )
+        if self.a > self.b:
+            raise ValidationError(f"TwoLayerRR needs a <= b. Got a={self.a}, b={self.b}.")
+        if self.a + self.b <= 0.0:
+            raise ValidationError("TwoLayerRR needs a + b > 0 (a = b = 0 never perturbs).")
+
+    @property
+    def epsilon(self) -> float:
+        return float(flip_epsilon((self.a + self.b) / 2.0, self.n_labels))
+
+    def _guarantee_note(self) -> str:
+        return "marginal over the worker's private f_u; not a worker-level guarantee (SPEC C3b)"
+
+    @classmethod
+    def from_epsilon(cls, epsilon: float, n_labels: int = 2, a: float = 0.0) -> TwoLayerRR:  # type: ignore[override]
+        """``a + b = 2 f(epsilon)``; with the paper's ``a = 0``, ``b = 2 f``. Infeasible (b > 1 or
+        b < a) is an error that names the feasible range of ``a``."""
+        _check_labels("TwoLayerRR", n_labels)
+        eps = _check_epsilon("TwoLayerRR", epsilon)
+        if math.isinf(eps):
+            raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
+        total = 2.0 * flip_for_epsilon(eps, n_labels)
+        b = total - a
+        if b > 1.0 + 1e-12 or b < a - 1e-12:
+            lo, hi = max(0.0, total - 1.0), total / 2.0
+            raise ValidationError(
+                f"No U(a, b) with a={a} gives epsilon={eps:g} over {n_labels} labels: it needs "
+                f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}]."
+            )
+        return cls(float(a), float(min(max(b, a), 1.0)), n_labels)
+
+    def worker_flips(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
+        """Each worker's private ``f_u`` (drawn once per worker)."""
+        u = draws.uniform(_WORKER_F, worker_hash, np.zeros(1, dtype=np.uint64))
+        return self.a + (self.b - self.a) * u
+
+    def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
+        f_u = self.worker_flips(worker_hash, draws)
+        wh = worker_hash[worker_index]
+        return _flip(
+            codes,
+            f_u[worker_index],
+            self.n_labels,
+            draws.uniform(_FLIP, wh, task_hash),
+            draws.uniform(_OTHER, wh, task_hash),
+        )
+
+    def flips_for(self, answers: Answers, rng: RNGLike) -> np.ndarray:
+        """The ``f_u`` that :meth:`perturb` with the same integer seed draws, per worker code.
+
+        Only a simulation knows these; a real server never sees them.
+        """
+        draws = Draws(rng)
+        if not draws.keyed:
+            raise ValidationError("flips_for needs the integer seed the perturbation used.")
+        return self.worker_flips(id_hashes(answers.workers), draws)
+
+    def conditional_epsilons(self, flips: np.ndarray) -> np.ndarray:
+        """Per worker, the per-answer epsilon given its ``f_u`` (the SPEC C3b caveat)."""
+        return np.asarray(flip_epsilon(flips, self.n_labels))
