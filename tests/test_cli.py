@@ -154,8 +154,12 @@ def test_usage_errors_exit_nonzero(capsys):
 def test_datasets_list_and_demo(capsys):
     code, out, _ = run(["datasets", "list"], capsys)
     assert code == 0 and "duchenne" in out and "numeric" in out
-    code, out, _ = run(["demo"], capsys)
-    assert code == 0 and "accuracy" in out and "ds" in out
+    code, out, _ = run(["demo", "--epsilon", "0.5", "--seed", "1"], capsys)
+    assert code == 0 and "two-layer mechanism" in out and "epsilon=0.5 per answer" in out
+    assert "not a worker-level guarantee" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[-7:]}
+    assert set(rows) == {"mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc"}
+    assert float(rows["mv"][0]) == pytest.approx(0.7610, abs=1e-4)  # clean MV (paper: 0.76)
 
 
 def test_console_script_help():
@@ -182,3 +186,67 @@ def test_single_answer_policy_is_reported(tmp_path, capsys):
         ["infer", str(data), "-m", "mv", "-o", str(out), "--single-worker", "error"], capsys
     )
     assert code == 2 and "exactly one answer" in err
+
+
+def test_perturb_then_infer(tmp_path, capsys):
+    run(["datasets", "export", "sentiment", "-o", str(tmp_path / "s")], capsys)
+    out, report = tmp_path / "p.csv", tmp_path / "r.json"
+    code, _, err = run(
+        [
+            "perturb",
+            str(tmp_path / "s" / "answers.csv"),
+            "-M",
+            "two-layer",
+            "-e",
+            "1.0",
+            "--seed",
+            "3",
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+        ],
+        capsys,
+    )
+    assert code == 0 and "epsilon=1 per answer" in err
+    summary = json.loads(report.read_text())
+    assert summary["guarantee"]["epsilon"] == pytest.approx(1.0)
+    assert summary["parameters"]["b"] == pytest.approx(0.5379, abs=1e-4)
+    assert len(summary["workers"]) == 85
+    some = next(iter(summary["workers"].values()))
+    assert some["epsilon_total"] == pytest.approx(some["n_answers"] * 1.0)
+    assert set(summary["conditional_epsilon_quantiles"]) == {"0.1", "0.5", "0.9", "1.0"}
+    perturbed = pd.read_csv(out)
+    original = pd.read_csv(tmp_path / "s" / "answers.csv")
+    assert len(perturbed) == len(original)
+    # Same seed, same output.
+    again = tmp_path / "p2.csv"
+    run(
+        [
+            "perturb",
+            str(tmp_path / "s" / "answers.csv"),
+            "-M",
+            "two-layer",
+            "-e",
+            "1.0",
+            "--seed",
+            "3",
+            "-o",
+            str(again),
+        ],
+        capsys,
+    )
+    assert again.read_text() == out.read_text()
+    code, _, _ = run(["infer", str(out), "-m", "wv", "-o", str(tmp_path / "t.csv")], capsys)
+    assert code == 0
+
+
+def test_epsilon_command(capsys):
+    code, out, _ = run(["epsilon", "-M", "one-layer", "-e", "1.0"], capsys)
+    assert code == 0 and "f=0.268941" in out and "epsilon=1 per answer" in out
+    code, out, _ = run(["epsilon", "-M", "binary-rr", "-p", "f=0.2"], capsys)
+    assert code == 0 and "epsilon=1.38629 per attribute" in out
+    code, _, err = run(["epsilon", "-M", "two-layer", "-e", "0", "-p", "n_labels=4"], capsys)
+    assert code == 2 and "Choose a in [0.5, 0.75]" in err
+    code, _, err = run(["epsilon", "-M", "one-layer", "-e", "-1"], capsys)
+    assert code == 2 and "must be a float in [0, inf)" in err

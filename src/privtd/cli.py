@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import pandas as pd
 
 from . import datasets as datasets_mod
@@ -25,6 +26,7 @@ from .answers import Answers
 from .errors import PrivtdError, ValidationError
 from .evaluation import evaluate
 from .inference import METHODS, make_estimator
+from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
 
 EXIT_ERROR = 2
 
@@ -43,6 +45,18 @@ def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
     try:
         with os.fdopen(fd, "w", newline="") as handle:
             frame.to_csv(handle, index=index)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_text(text: str, path: str) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.resolve().parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -330,31 +344,165 @@ DEMO_METHODS = ("mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc")
 @click.option(
     "--dataset", default="duchenne", show_default=True, help="A bundled categorical dataset."
 )
-def demo(dataset: str) -> None:
-    """Aggregate a bundled real dataset with several methods and print accuracy.
-
-    Perturbation on the workers' side comes with the mechanisms; until then the demo aggregates
-    the answers as collected.
-    """
+@click.option(
+    "--epsilon",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Per-answer epsilon of the two-layer mechanism.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the perturbation.")
+def demo(dataset: str, epsilon: float, seed: int) -> None:
+    """Perturb a bundled real dataset on the workers' side with the two-layer mechanism,
+    aggregate it with several methods, and print accuracy against the expert labels."""
     data = datasets_mod.load(dataset)
     answers, truth = data.answers, data.truth
     if not answers.is_categorical:
         raise ValidationError(f"The demo needs a categorical dataset; {dataset!r} is numeric.")
+    mechanism = TwoLayerRR.from_epsilon(epsilon, n_labels=answers.n_labels)
+    perturbed = mechanism.perturb(answers, rng=seed)
     click.echo(
         f"{dataset}: {answers.n_answers} answers, {answers.n_tasks} tasks, "
         f"{answers.n_workers} workers, {len(truth)} expert truths"
     )
     for note in answers.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"{'method':<12} {'accuracy':>9} {'iters':>6} {'seconds':>8}")
+    click.echo(
+        f"two-layer mechanism: f_u ~ U({mechanism.a:.4g}, {mechanism.b:.4g}), "
+        f"{mechanism.guarantee} (seed {seed}); "
+        f"{(perturbed.value != answers.value).mean():.1%} of answers changed"
+    )
+    click.echo(f"  caveat: {mechanism.guarantee.note}")
+    click.echo(f"{'method':<12} {'clean':>8} {'private':>8} {'change':>8} {'seconds':>8}")
     for method in DEMO_METHODS:
         if method == "lc" and answers.n_labels != 2:
             continue
         start = time.perf_counter()
-        estimator = make_estimator(method).fit(answers)
+        clean = evaluate(make_estimator(method).fit(answers).truths_, truth)["accuracy"]
+        private = evaluate(make_estimator(method).fit(perturbed).truths_, truth)["accuracy"]
         elapsed = time.perf_counter() - start
-        acc = evaluate(estimator.truths_, truth)["accuracy"]
-        click.echo(f"{method:<12} {acc:>9.4f} {estimator.n_iter_:>6d} {elapsed:>8.3f}")
+        click.echo(
+            f"{method:<12} {clean:>8.4f} {private:>8.4f} {private - clean:>+8.4f} {elapsed:>8.3f}"
+        )
+
+
+@cli.command()
+@click.argument("answers", type=click.Path(dir_okay=False))
+@click.option(
+    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
+)
+@click.option(
+    "--epsilon",
+    "-e",
+    type=float,
+    help="Target per-answer epsilon; the mechanism is calibrated to it.",
+)
+@click.option(
+    "--param",
+    "-p",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Mechanism parameter, repeatable (e.g. -p a=0.1; or -p f=0.3 without --epsilon).",
+)
+@click.option("--seed", type=int, help="Integer seed (simulation). Without it: fresh OS entropy.")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CSV to write: task,worker,answer (perturbed).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False),
+    help="JSON to write: mechanism, parameters, guarantee and every worker's total.",
+)
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["error", "first", "last", "majority"]),
+    default="error",
+    show_default=True,
+    help="Repeated (task, worker) pairs.",
+)
+def perturb(
+    answers: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    seed: int | None,
+    output: str,
+    report: str | None,
+    on_duplicate: str,
+) -> None:
+    """Perturb ANSWERS as each worker would on their device (simulation of collection)."""
+    for path in (output, report):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    data = Answers.from_path(answers, kind="categorical", on_duplicate=on_duplicate)
+    for note in data.notes:
+        click.echo(f"privtd: note: {note}", err=True)
+    params = _parse_params(param)
+    params.setdefault("n_labels", data.n_labels)
+    mech = make_mechanism(mechanism, epsilon, **params)
+    perturbed = mech.perturb(data, rng=seed)
+    summary: dict[str, Any] = {
+        "mechanism": mechanism,
+        "parameters": mech.params(),
+        "guarantee": {
+            "epsilon": mech.guarantee.epsilon,
+            "delta": mech.guarantee.delta,
+            "unit": mech.guarantee.unit,
+            "note": mech.guarantee.note,
+        },
+        "seed": seed,
+        "n_answers": data.n_answers,
+        "changed_fraction": float((perturbed.value != data.value).mean()),
+    }
+    totals = worker_totals(data, mech)
+    summary["workers"] = {
+        str(w): {"n_answers": int(r.n_answers), "epsilon_total": float(r.epsilon_total)}
+        for w, r in totals.iterrows()
+    }
+    if isinstance(mech, TwoLayerRR) and seed is not None:
+        # Only a simulation knows each f_u; report what it means per worker (SPEC C3b).
+        cond = mech.conditional_epsilons(mech.flips_for(data, seed))
+        summary["conditional_epsilon_quantiles"] = {
+            q: float(np.quantile(cond, float(q))) for q in ("0.1", "0.5", "0.9", "1.0")
+        }
+    _atomic_csv(perturbed.to_frame(), output, index=False)
+    if report:
+        _atomic_text(json.dumps(summary, indent=2, default=str), report)
+    click.echo(
+        f"{mechanism}: {mech.guarantee}; {data.n_answers} answers of {data.n_workers} workers, "
+        f"{summary['changed_fraction']:.1%} changed -> {output}",
+        err=True,
+    )
+
+
+@cli.command("epsilon")
+@click.option(
+    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
+)
+@click.option(
+    "--epsilon", "-e", type=float, help="Print the parameters that achieve this per-answer epsilon."
+)
+@click.option(
+    "--param",
+    "-p",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Mechanism parameter, repeatable (e.g. -p f=0.3 -p n_labels=4).",
+)
+def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
+    """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
+    mech = make_mechanism(mechanism, epsilon, **_parse_params(param))
+    shown = [
+        f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
+    ]
+    click.echo(f"{mechanism}: {', '.join(shown)}")
+    click.echo(f"guarantee: {mech.guarantee}")
+    if mech.guarantee.note:
+        click.echo(f"note: {mech.guarantee.note}")
 
 
 def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:

@@ -172,12 +172,13 @@ def _fix_gold(mu: np.ndarray, gold: np.ndarray) -> None:
 
 
 # ---------------------------------------------------------------------- numba versions
-def _compile() -> dict[str, Callable[..., Any]]:
-    assert numba is not None
-    jit = numba.njit(cache=True, nogil=True)
+if numba is not None:
+    # Module-level (not closures) so numba can cache the compiled code on disk.
+    _jit = numba.njit(cache=True, nogil=True)
+    _par = numba.njit(cache=True, nogil=True, parallel=True)
 
-    @jit
-    def gather_scatter(dst, src, table, n_out):
+    @_jit
+    def _gather_scatter_nb(dst, src, table, n_out):
         k = table.shape[1]
         out = np.zeros((n_out, k))
         for i in range(dst.shape[0]):
@@ -186,29 +187,29 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 out[d, c] += table[s, c]
         return out
 
-    @jit
-    def worker_votes(t, x, w, worker_weight, n_t, k):
+    @_jit
+    def _worker_votes_nb(t, x, w, worker_weight, n_t, k):
         out = np.zeros((n_t, k))
         for i in range(t.shape[0]):
             out[t[i], x[i]] += worker_weight[w[i]]
         return out
 
-    @jit
-    def pick_sum(t, x, w, mu, n_w):
+    @_jit
+    def _pick_sum_nb(t, x, w, mu, n_w):
         out = np.zeros(n_w)
         for i in range(t.shape[0]):
             out[w[i]] += mu[t[i], x[i]]
         return out
 
-    @jit
-    def worker_sum(t, w, worker_value, n_t):
+    @_jit
+    def _worker_sum_nb(t, w, worker_value, n_t):
         out = np.zeros(n_t)
         for i in range(t.shape[0]):
             out[t[i]] += worker_value[w[i]]
         return out
 
-    @jit
-    def softmax_loglik(log_rho):
+    @_jit
+    def _softmax_loglik_nb(log_rho):
         n, k = log_rho.shape
         loglik = 0.0
         for r in range(n):
@@ -226,10 +227,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
             loglik += np.log(total) + top
         return loglik
 
-    par = numba.njit(cache=True, nogil=True, parallel=True)
-
-    @jit
-    def finish_row(row, k, gold_label):
+    @_jit
+    def _finish_row_nb(row, k, gold_label):
         """Softmax ``row`` in place (one-hot when gold); returns (max, normaliser).
 
         The largest entry needs no exp (it is exp(0) = 1), so K = 2 costs one exp per task.
@@ -253,8 +252,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 row[c] = 1.0 if c == gold_label else 0.0
         return top, total
 
-    @jit
-    def add_loglik(top, total, state):
+    @_jit
+    def _add_loglik_nb(top, total, state):
         # sum(log total) as a running product with a separate exponent: one multiply per task
         # instead of one log. total is in [1, K], so the product overflows only every ~400 tasks.
         state[0] += top
@@ -263,8 +262,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
             state[1] *= 1e-200
             state[0] += 460.51701859880916  # log(1e200)
 
-    @par
-    def ds_step(t, start, wx, log_conf, log_prior, gold, n_chunks):
+    @_par
+    def _ds_step_nb(t, start, wx, log_conf, log_prior, gold, n_chunks):
         # One pass per EM iteration. Answers are sorted by task, so each task's E-step sum stays
         # in registers and its posterior goes straight into the next M-step's counts. Tasks are
         # split into a fixed number of blocks (one private count table each), so results do not
@@ -284,8 +283,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     s = wx[i]
                     for c in range(k):
                         row[c] += log_conf[s, c]
-                top, total = finish_row(row, k, gold[q])
-                add_loglik(top, total, state)
+                top, total = _finish_row_nb(row, k, gold[q])
+                _add_loglik_nb(top, total, state)
                 for c in range(k):
                     mu[q, c] = row[c]
                     prior_sum[ch, c] += row[c]
@@ -296,8 +295,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
             loglik[ch, 0] = state[0] + np.log(state[1])
         return mu, counts.sum(axis=0), prior_sum.sum(axis=0), loglik[:, 0].sum()
 
-    @par
-    def one_coin_step(t, start, w, x, log_right, log_wrong, log_prior, gold, n_chunks):
+    @_par
+    def _one_coin_step_nb(t, start, w, x, log_right, log_wrong, log_prior, gold, n_chunks):
         n_t, k = start.shape[0] - 1, log_prior.shape[0]
         mu = np.empty((n_t, k))
         skill = np.zeros((n_chunks, log_right.shape[0]))
@@ -316,8 +315,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     row[x[i]] += log_right[u] - log_wrong[u]
                 for c in range(k):
                     row[c] += base
-                top, total = finish_row(row, k, gold[q])
-                add_loglik(top, total, state)
+                top, total = _finish_row_nb(row, k, gold[q])
+                _add_loglik_nb(top, total, state)
                 for c in range(k):
                     mu[q, c] = row[c]
                     prior_sum[ch, c] += row[c]
@@ -326,16 +325,16 @@ def _compile() -> dict[str, Callable[..., Any]]:
             loglik[ch] = state[0] + np.log(state[1])
         return mu, skill.sum(axis=0), prior_sum.sum(axis=0), loglik.sum()
 
-    @jit
-    def worker_loss(t, w, x, truth, inv_scale, squared, n_w):
+    @_jit
+    def _worker_loss_nb(t, w, x, truth, inv_scale, squared, n_w):
         out = np.zeros(n_w)
         for i in range(t.shape[0]):
             r = x[i] - truth[t[i]]
             out[w[i]] += (r * r if squared else abs(r)) * inv_scale[t[i]]
         return out
 
-    @jit
-    def weighted_task_sums(t, w, x, weight, n_t):
+    @_jit
+    def _weighted_task_sums_nb(t, w, x, weight, n_t):
         num = np.zeros(n_t)
         den = np.zeros(n_t)
         for i in range(t.shape[0]):
@@ -344,8 +343,8 @@ def _compile() -> dict[str, Callable[..., Any]]:
             den[t[i]] += v
         return num, den
 
-    @jit
-    def order_by_task_then_value(task, value, start, is_sorted):
+    @_jit
+    def _order_by_task_then_value_nb(task, value, start, is_sorted):
         # A stable O(n) counting sort by task (skipped when already sorted), then a small sort
         # of each task's few values: far cheaper than a global sort of 1e7 answers.
         n = task.shape[0]
@@ -365,10 +364,10 @@ def _compile() -> dict[str, Callable[..., Any]]:
                 out[a + j] = seg[local[j]]
         return out
 
-    @jit
-    def vote_step(t, start, w, x, weight, truth, gold, k):
+    @_jit
+    def _vote_step_nb(t, start, w, x, weight, truth, gold, k):
         # One weighted-vote iteration in one pass: each task's votes in registers, its new label
-        # (ties to the smallest code), its log-posterior, and the agreement counts of the
+        # (ties to the smallest code), its log-posterior, and the _agreement_nb counts of the
         # workers who answered it, which give the next iteration's weights.
         n_t = start.shape[0] - 1
         new = np.empty(n_t, dtype=np.int64)
@@ -399,37 +398,36 @@ def _compile() -> dict[str, Callable[..., Any]]:
                     matches[w[i]] += 1.0
         return new, matches, log_post, changed
 
-    @jit
-    def label_counts(t, x, n_t, k):
+    @_jit
+    def _label_counts_nb(t, x, n_t, k):
         out = np.zeros((n_t, k))
         for i in range(t.shape[0]):
             out[t[i], x[i]] += 1.0
         return out
 
-    @jit
-    def agreement(t, w, x, truth, n_w):
+    @_jit
+    def _agreement_nb(t, w, x, truth, n_w):
         out = np.zeros(n_w)
         for i in range(t.shape[0]):
             if x[i] == truth[t[i]]:
                 out[w[i]] += 1.0
         return out
 
-    return {
-        "label_counts": label_counts,
-        "agreement": agreement,
-        "vote_step": vote_step,
-        "order_by_task_then_value": order_by_task_then_value,
-        "worker_loss": worker_loss,
-        "weighted_task_sums": weighted_task_sums,
-        "ds_step": ds_step,
-        "one_coin_step": one_coin_step,
-        "gather_scatter": gather_scatter,
-        "worker_votes": worker_votes,
-        "pick_sum": pick_sum,
-        "worker_sum": worker_sum,
-        "softmax_loglik": softmax_loglik,
+    _NUMBA_KERNELS: dict[str, Callable[..., Any]] = {
+        "label_counts": _label_counts_nb,
+        "agreement": _agreement_nb,
+        "vote_step": _vote_step_nb,
+        "order_by_task_then_value": _order_by_task_then_value_nb,
+        "worker_loss": _worker_loss_nb,
+        "weighted_task_sums": _weighted_task_sums_nb,
+        "ds_step": _ds_step_nb,
+        "one_coin_step": _one_coin_step_nb,
+        "gather_scatter": _gather_scatter_nb,
+        "worker_votes": _worker_votes_nb,
+        "pick_sum": _pick_sum_nb,
+        "worker_sum": _worker_sum_nb,
+        "softmax_loglik": _softmax_loglik_nb,
     }
-
 
 _NUMPY: dict[str, Callable[..., Any]] = {
     "label_counts": _label_counts_np,
@@ -446,7 +444,6 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "worker_sum": _worker_sum_np,
     "softmax_loglik": _softmax_loglik_np,
 }
-_NUMBA: dict[str, Callable[..., Any]] | None = None
 _backend = "numpy"
 
 
@@ -460,7 +457,7 @@ def get_backend() -> str:
 
 def set_backend(name: str) -> None:
     """Pick the kernel backend: "numba" (needs ``privtd[fast]``) or "numpy"."""
-    global _backend, _NUMBA
+    global _backend
     if name not in ("numpy", "numba"):
         raise ValidationError(f"Backend must be 'numpy' or 'numba'. Got {name!r}.")
     if name == "numba":
@@ -468,18 +465,12 @@ def set_backend(name: str) -> None:
             raise ValidationError(
                 "The numba backend needs numba: pip install 'privtd[fast]'. Or use 'numpy'."
             )
-        if _NUMBA is None:
-            _NUMBA = _compile()
     _backend = name
 
 
 def _kernel(name: str) -> Callable[..., Any]:
-    global _NUMBA
-    if _backend == "numpy":
-        return _NUMPY[name]
-    if _NUMBA is None:  # compiled on first use (and cached on disk by numba)
-        _NUMBA = _compile()
-    return _NUMBA[name]
+    # numba compiles each kernel on first use and caches it on disk for later processes.
+    return _NUMPY[name] if _backend == "numpy" else _NUMBA_KERNELS[name]
 
 
 def gather_scatter(dst: np.ndarray, src: np.ndarray, table: np.ndarray, n_out: int) -> np.ndarray:
