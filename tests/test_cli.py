@@ -250,3 +250,10 @@ def test_epsilon_command(capsys):
     assert code == 2 and "Choose a in [0.5, 0.75]" in err
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "-1"], capsys)
     assert code == 2 and "must be a float in [0, inf)" in err
+
+
+def test_audit_command(capsys):
+    code, out, _ = run(["audit", "-M", "two-layer", "-e", "1", "-n", "100000", "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0 and result["verdict"] == "holds (tight)"
+    assert 0.9 <= result["lower_bound"] <= result["claimed_epsilon"]

@@ -479,6 +479,65 @@ def perturb(
     )
 
 
+@cli.command("audit")
+@click.option(
+    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
+)
+@click.option("--epsilon", "-e", type=float, help="Calibrate the mechanism to this epsilon.")
+@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE", help="Mechanism parameter.")
+@click.option(
+    "--samples",
+    "-n",
+    default=1_000_000,
+    show_default=True,
+    type=int,
+    help="Samples per neighbouring input.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling.")
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=float,
+    help="Confidence of the lower bound (simultaneous over outputs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def audit_cmd(
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    samples: int,
+    seed: int,
+    confidence: float,
+    as_json: bool,
+) -> None:
+    """Measure a mechanism's privacy loss on neighbouring inputs against its claim.
+
+    Exits 1 when the measured lower bound exceeds the claimed epsilon.
+    """
+    from .audit import audit
+
+    mech = make_mechanism(mechanism, epsilon, **_parse_params(param))
+    result = audit(mech, samples=samples, seed=seed, confidence=confidence)
+    fields = {
+        "mechanism": mechanism,
+        "claimed_epsilon": result.claimed_epsilon,
+        "lower_bound": result.lower_bound,
+        "point_estimate": result.point_estimate,
+        "samples": samples,
+        "confidence": confidence,
+        "verdict": result.verdict,
+    }
+    if as_json:
+        click.echo(json.dumps(fields))
+    else:
+        for key, value in fields.items():
+            shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+            click.echo(f"{key:>16}: {shown}")
+    if not result.holds:
+        sys.exit(1)
+
+
 @cli.command("epsilon")
 @click.option(
     "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
