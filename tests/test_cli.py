@@ -257,3 +257,49 @@ def test_audit_command(capsys):
     result = json.loads(out)
     assert code == 0 and result["verdict"] == "holds (tight)"
     assert 0.9 <= result["lower_bound"] <= result["claimed_epsilon"]
+
+
+def test_perturb_numeric(tmp_path, capsys):
+    run(["datasets", "export", "emotion", "-o", str(tmp_path / "e")], capsys)
+    out, report = tmp_path / "p.csv", tmp_path / "r.json"
+    code, _, err = run(
+        [
+            "perturb",
+            str(tmp_path / "e" / "answers.csv"),
+            "-M",
+            "exp-gaussian",
+            "-e",
+            "2",
+            "-p",
+            "low=-100",
+            "-p",
+            "high=100",
+            "--seed",
+            "1",
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+        ],
+        capsys,
+    )
+    assert code == 0 and "epsilon=2 per report" in err
+    assert json.loads(report.read_text())["parameters"]["rate"] == pytest.approx(4 / (2 * 200**2))
+    code, _, err = run(
+        [
+            "perturb",
+            str(tmp_path / "e" / "answers.csv"),
+            "-M",
+            "exp-gaussian",
+            "-e",
+            "2",
+            "-p",
+            "low=0",
+            "-p",
+            "high=10",
+            "-o",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 2 and "outside the declared range" in err

@@ -419,7 +419,7 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
 )
 @click.option(
     "--on-duplicate",
-    type=click.Choice(["error", "first", "last", "majority"]),
+    type=click.Choice(["error", "first", "last", "majority", "mean"]),
     default="error",
     show_default=True,
     help="Repeated (task, worker) pairs.",
@@ -438,11 +438,13 @@ def perturb(
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    data = Answers.from_path(answers, kind="categorical", on_duplicate=on_duplicate)
+    kind = MECHANISMS[mechanism].kind
+    data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
     params = _parse_params(param)
-    params.setdefault("n_labels", data.n_labels)
+    if kind == "categorical":
+        params.setdefault("n_labels", data.n_labels)
     mech = make_mechanism(mechanism, epsilon, **params)
     perturbed = mech.perturb(data, rng=seed)
     summary: dict[str, Any] = {

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ValidationError
 from ._base import Budget, Guarantee, Mechanism
 from .accounting import worker_totals
+from .exp_gaussian import ExpGaussian, gaussian_delta
 from .randomized_response import BinaryRR, OneLayerRR, TwoLayerRR, flip_epsilon, flip_for_epsilon
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "OneLayerRR",
     "TwoLayerRR",
     "BinaryRR",
+    "ExpGaussian",
+    "gaussian_delta",
     "MECHANISMS",
     "make_mechanism",
     "worker_totals",
@@ -33,6 +36,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "one-layer": OneLayerRR,
     "two-layer": TwoLayerRR,
     "binary-rr": BinaryRR,
+    "exp-gaussian": ExpGaussian,
 }
 
 

@@ -91,6 +91,8 @@ class Mechanism(ABC):
 
     name: ClassVar[str]
     unit: ClassVar[Unit] = "answer"
+    #: The answers it perturbs.
+    kind: ClassVar[Literal["categorical", "numeric"]] = "categorical"
     #: How many uniform streams one perturbation uses (per cell, plus per-worker ones).
     n_streams: ClassVar[int] = 2
 
@@ -146,13 +148,13 @@ class Mechanism(ABC):
         out = self._perturb_codes(
             answers.value, answers.worker, draws, worker_hash, task_hash[answers.task]
         )
-        return answers.with_values(out.astype(answers.value.dtype))
+        return answers.with_values(np.asarray(out).astype(answers.value.dtype))
 
     def perturb_worker(
         self,
         answers: Sequence[Hashable] | np.ndarray,
         *,
-        labels: Sequence[Hashable],
+        labels: Sequence[Hashable] | None = None,
         worker: Hashable = "",
         tasks: Sequence[Hashable] | None = None,
         rng: RNGLike = None,
@@ -160,10 +162,34 @@ class Mechanism(ABC):
     ) -> list[Any]:
         """Record-local: one worker's own answers in, their perturbed answers out.
 
-        Needs only public parameters (this mechanism and the answer domain ``labels``). With an
-        integer ``rng`` seed, pass the worker's id and the task ids so the draws match the batch
-        run. A ``budget`` is charged first; if it would be exceeded nothing is perturbed.
+        Needs only public parameters (this mechanism and, for categorical answers, the answer
+        domain ``labels``). With an integer ``rng`` seed, pass the worker's id and the task ids so
+        the draws match the batch run. A ``budget`` is charged first; if it would be exceeded
+        nothing is perturbed.
         """
+        codes = self._encode_local(answers, labels)
+        if tasks is None:
+            tasks = list(range(len(codes)))
+        if len(tasks) != len(codes):
+            raise ValidationError(f"Give one task id per answer: {len(tasks)} for {len(codes)}.")
+        if budget is not None:
+            budget.charge(self.guarantee, len(codes))
+        draws = Draws(rng)
+        worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
+        task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(codes), np.uint64)
+        out = self._perturb_codes(
+            codes, np.zeros(len(codes), dtype=np.int64), draws, worker_hash, task_hash
+        )
+        return pd.Index(list(labels)).take(out).tolist() if labels is not None else out.tolist()
+
+    def _encode_local(
+        self, answers: Sequence[Hashable] | np.ndarray, labels: Sequence[Hashable] | None
+    ) -> np.ndarray:
+        """A worker's answers as label codes (categorical) or checked floats (numeric)."""
+        if labels is None:
+            raise ValidationError(
+                f"{type(self).__name__} needs the answer domain: pass labels=[...]."
+            )
         domain = pd.Index(list(labels))
         values = pd.Index(list(answers))
         codes = domain.get_indexer(values)
@@ -173,19 +199,7 @@ class Mechanism(ABC):
                 f"Answer(s) {bad} are not in the answer domain {list(domain)}. Fix them first."
             )
         self._check_domain(len(domain))
-        if tasks is None:
-            tasks = list(range(len(values)))
-        if len(tasks) != len(values):
-            raise ValidationError(f"Give one task id per answer: {len(tasks)} for {len(values)}.")
-        if budget is not None:
-            budget.charge(self.guarantee, len(values))
-        draws = Draws(rng)
-        worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
-        task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(values), np.uint64)
-        out = self._perturb_codes(
-            codes, np.zeros(len(codes), dtype=np.int64), draws, worker_hash, task_hash
-        )
-        return domain.take(out).tolist()
+        return codes
 
     def _check_answers(self, answers: Answers) -> None:
         if not answers.is_categorical:
