@@ -214,7 +214,7 @@ def test_perturb_then_infer(tmp_path, capsys):
     assert summary["parameters"]["b"] == pytest.approx(0.5379, abs=1e-4)
     assert len(summary["workers"]) == 85
     some = next(iter(summary["workers"].values()))
-    assert some["epsilon_total"] == pytest.approx(some["n_answers"] * 1.0)
+    assert some["epsilon_total"] == pytest.approx(some["n_released"] * 1.0)
     assert set(summary["conditional_epsilon_quantiles"]) == {"0.1", "0.5", "0.9", "1.0"}
     perturbed = pd.read_csv(out)
     original = pd.read_csv(tmp_path / "s" / "answers.csv")

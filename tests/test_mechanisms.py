@@ -197,8 +197,8 @@ def test_perturb_worker_checks_domain_and_budget():
 def test_worker_totals_compose():
     data = datasets.load("duchenne")
     totals = worker_totals(data.answers, TwoLayerRR.from_epsilon(0.5))
-    assert totals["n_answers"].sum() == data.answers.n_answers
-    np.testing.assert_allclose(totals["epsilon_total"], 0.5 * totals["n_answers"])
+    assert totals["n_released"].sum() == data.answers.n_answers
+    np.testing.assert_allclose(totals["epsilon_total"], 0.5 * totals["n_released"])
     assert TwoLayerRR.from_epsilon(0.5).guarantee.compose(4).epsilon == pytest.approx(2.0)
     assert "not a worker-level guarantee" in TwoLayerRR.from_epsilon(0.5).guarantee.note
 

@@ -462,7 +462,7 @@ def perturb(
     }
     totals = worker_totals(data, mech)
     summary["workers"] = {
-        str(w): {"n_answers": int(r.n_answers), "epsilon_total": float(r.epsilon_total)}
+        str(w): {"n_released": int(r.n_released), "epsilon_total": float(r.epsilon_total)}
         for w, r in totals.iterrows()
     }
     if isinstance(mech, TwoLayerRR) and seed is not None:

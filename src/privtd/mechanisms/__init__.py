@@ -14,6 +14,7 @@ from ..errors import ValidationError
 from ._base import Budget, Guarantee, Mechanism
 from .accounting import worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
+from .null_aware import KRRNull, LaplaceNull
 from .randomized_response import BinaryRR, OneLayerRR, TwoLayerRR, flip_epsilon, flip_for_epsilon
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "TwoLayerRR",
     "BinaryRR",
     "ExpGaussian",
+    "KRRNull",
+    "LaplaceNull",
     "gaussian_delta",
     "MECHANISMS",
     "make_mechanism",
@@ -37,6 +40,8 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "two-layer": TwoLayerRR,
     "binary-rr": BinaryRR,
     "exp-gaussian": ExpGaussian,
+    "krr-null": KRRNull,
+    "laplace": LaplaceNull,
 }
 
 

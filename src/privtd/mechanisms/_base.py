@@ -123,6 +123,10 @@ class Mechanism(ABC):
     def with_params(self, **changes: Any) -> Mechanism:
         return replace(self, **changes)  # type: ignore[type-var]
 
+    def cells_per_worker(self, answers: Answers) -> np.ndarray:
+        """How many perturbed units each worker releases (its answers, by default)."""
+        return answers.worker_counts()
+
     # ------------------------------------------------------------------ running
     @abstractmethod
     def _perturb_codes(

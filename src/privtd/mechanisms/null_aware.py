@@ -1,0 +1,244 @@
+"""P3's mechanisms for sparse answers, which protect whether a worker answered a task too:
+every cell of the worker's row over all tasks is perturbed, NULL included (Sun et al., BigData
+2018; SPEC B3.1-B3.3). Answers are integer scores on a domain ``Gamma = {low, ..., high}``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from .._rng import RNGLike
+from ..answers import Answers
+from ..errors import ValidationError
+from ._base import Budget, Mechanism, Unit
+from ._random import Draws, id_hashes
+
+_PICK, _NOISE, _FILL = 21, 22, 23
+
+
+def _check_domain_bounds(owner: str, low: int, high: int) -> None:
+    for name, value in (("low", low), ("high", high)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise ValidationError(
+                f"The '{name}' parameter of {owner} must be an int. Got {value!r}."
+            )
+    if not low < high:
+        raise ValidationError(f"{owner} needs low < high. Got low={low}, high={high}.")
+
+
+class NullAwareMechanism(Mechanism):
+    """Perturbs a worker's whole row over the public task list; unanswered cells are NULL.
+
+    The guarantee is per cell (a change of one cell, NULL <-> value included); a worker's total
+    composes over every task of the list, answered or not.
+    """
+
+    unit: ClassVar[Unit] = "cell"
+    low: int
+    high: int
+
+    @property
+    def domain_size(self) -> int:
+        """``|Gamma|``: the number of possible answers."""
+        return int(self.high - self.low + 1)
+
+    def cells_per_worker(self, answers: Answers) -> np.ndarray:
+        return np.full(answers.n_workers, answers.n_tasks)
+
+    @abstractmethod
+    def _perturb_cells(
+        self,
+        values: np.ndarray,
+        worker_index: np.ndarray,
+        draws: Draws,
+        worker_hash: np.ndarray,
+        task_hash: np.ndarray,
+    ) -> np.ndarray:
+        """Perturb cells whose ``values`` are scores or NaN (NULL); NaN outputs mean NULL."""
+
+    def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
+        return self._perturb_cells(codes, worker_index, draws, worker_hash, task_hash)
+
+    def _check_values(self, values: np.ndarray) -> None:
+        present = values[~np.isnan(values)]
+        bad = (present < self.low) | (present > self.high) | (present != np.round(present))
+        if bad.any():
+            raise ValidationError(
+                f"{int(bad.sum())} answer(s) are not integers in [{self.low}, {self.high}] "
+                f"(first: {present[bad][0]}). {type(self).__name__} perturbs scores on that domain."
+            )
+
+    def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:
+        """Batch: every worker's full row (all tasks of ``answers``) perturbed at once."""
+        values = np.asarray(answers.answer_values(), dtype=float)
+        self._check_values(values)
+        n_w, n_t = answers.n_workers, answers.n_tasks
+        grid = np.full(n_w * n_t, np.nan)
+        grid[answers.worker.astype(np.int64) * n_t + answers.task] = values
+        worker = np.repeat(np.arange(n_w, dtype=np.int32), n_t)
+        task = np.tile(np.arange(n_t, dtype=np.int32), n_w)
+        draws = Draws(rng)
+        worker_hash = id_hashes(answers.workers) if draws.keyed else np.zeros(n_w, np.uint64)
+        task_hash = id_hashes(answers.tasks) if draws.keyed else np.zeros(n_t, np.uint64)
+        out = self._perturb_cells(grid, worker, draws, worker_hash, task_hash[task])
+        keep = ~np.isnan(out)
+        return Answers(
+            task=task[keep],
+            worker=worker[keep],
+            value=out[keep],
+            tasks=answers.tasks,
+            workers=answers.workers,
+            value_range=None,
+            notes=answers.notes + (f"{self.name}: every worker's row over all {n_t} tasks",),
+        )
+
+    def perturb_worker(  # type: ignore[override]
+        self,
+        answers: Mapping[Hashable, Any],
+        *,
+        tasks: Sequence[Hashable],
+        worker: Hashable = "",
+        rng: RNGLike = None,
+        budget: Budget | None = None,
+        labels: Sequence[Hashable] | None = None,
+    ) -> list[Any]:
+        """Record-local: the worker's answers ``{task: score}`` in; its perturbed row over the
+        public task list ``tasks`` out (``None`` where the output is NULL)."""
+        unknown = [t for t in answers if t not in set(tasks)]
+        if unknown:
+            raise ValidationError(f"Answers name task(s) {unknown[:3]} not in the task list.")
+        values = np.array([float(answers.get(t, np.nan)) for t in tasks])
+        self._check_values(values)
+        if budget is not None:
+            budget.charge(self.guarantee, len(tasks))
+        draws = Draws(rng)
+        worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
+        task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(tasks), np.uint64)
+        out = self._perturb_cells(
+            values, np.zeros(len(tasks), dtype=np.int64), draws, worker_hash, task_hash
+        )
+        return [None if np.isnan(v) else float(v) for v in out]
+
+
+@dataclass(frozen=True)
+class KRRNull(NullAwareMechanism):
+    """P3's randomized response with NULL: over the ``|Gamma| + 1`` symbols (the scores and
+    NULL), a cell keeps its symbol with probability ``e^eps / (|Gamma| + e^eps)`` and becomes each
+    other symbol with ``1 / (|Gamma| + e^eps)`` (SPEC B3.3).
+
+    Guarantee
+        ``epsilon = ln(keep |Gamma| / (1 - keep))`` per cell, pure and tight; NULL <-> value is
+        a cell change, so whether the worker answered is protected too.
+    Cost
+        Two uniforms per cell of the full worker x task grid.
+    Utility
+        NULL outputs are treated as missing by truth inference; values come back on ``Gamma``.
+    """
+
+    keep: float
+    low: int = 0
+    high: int = 4
+    name: ClassVar[str] = "krr-null"
+    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
+
+    def __post_init__(self) -> None:
+        _check_domain_bounds("KRRNull", self.low, self.high)
+        if not isinstance(self.keep, (int, float)) or not 0 < self.keep < 1:
+            raise ValidationError(
+                f"The 'keep' parameter of KRRNull must be in (0, 1). Got {self.keep!r}."
+            )
+
+    @property
+    def epsilon(self) -> float:
+        return abs(math.log(self.keep * self.domain_size / (1 - self.keep)))
+
+    @classmethod
+    def from_epsilon(cls, epsilon: float, low: int = 0, high: int = 4) -> KRRNull:  # type: ignore[override]
+        if not isinstance(epsilon, (int, float)) or not 0 <= epsilon < math.inf:
+            raise ValidationError(
+                f"The 'epsilon' parameter of KRRNull must be a float in [0, inf). Got {epsilon!r}."
+            )
+        _check_domain_bounds("KRRNull", low, high)
+        e = math.exp(epsilon)
+        return cls(e / (high - low + 1 + e), low, high)
+
+    def _perturb_cells(self, values, worker_index, draws, worker_hash, task_hash):
+        k = self.domain_size + 1  # symbols: scores 0..|Gamma|-1, NULL = |Gamma|
+        code = np.where(np.isnan(values), k - 1, np.nan_to_num(values) - self.low).astype(np.int64)
+        wh = worker_hash[worker_index]
+        change = draws.uniform(_PICK, wh, task_hash) >= self.keep
+        shift = 1 + np.minimum(
+            (draws.uniform(_NOISE, wh, task_hash) * (k - 1)).astype(np.int64), k - 2
+        )
+        out = np.where(change, (code + shift) % k, code)
+        return np.where(out == k - 1, np.nan, out + self.low).astype(float)
+
+
+@dataclass(frozen=True)
+class LaplaceNull(NullAwareMechanism):
+    """P3's Laplace perturbation: NULL cells are first filled with a value of ``Gamma`` (a
+    constant, or a uniform draw), then every cell gets ``Lap(scale)`` noise; the output is a
+    complete real-valued row (SPEC B3.2).
+
+    Guarantee
+        ``epsilon = |Gamma| / scale`` per cell (``|Gamma|`` bounds the change of a cell, NULL
+        included, as P3 takes it), pure.
+    Utility
+        Filled NULLs bias truths towards the fill's mean (P3 Theorem 2).
+    """
+
+    scale: float
+    low: int = 0
+    high: int = 4
+    fill: float | None = None
+    name: ClassVar[str] = "laplace"
+    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
+
+    def __post_init__(self) -> None:
+        _check_domain_bounds("LaplaceNull", self.low, self.high)
+        if not isinstance(self.scale, (int, float)) or not (0 < self.scale < math.inf):
+            raise ValidationError(
+                "The 'scale' parameter of LaplaceNull must be a float in (0, inf). "
+                f"Got {self.scale!r}."
+            )
+        if self.fill is not None and not self.low <= self.fill <= self.high:
+            raise ValidationError(
+                f"The 'fill' of LaplaceNull must lie in [{self.low}, {self.high}] or be None "
+                f"(uniform). Got {self.fill!r}."
+            )
+
+    @property
+    def epsilon(self) -> float:
+        return self.domain_size / self.scale
+
+    @classmethod
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, low: int = 0, high: int = 4, fill: float | None = None
+    ) -> LaplaceNull:
+        if not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+            raise ValidationError(
+                "The 'epsilon' parameter of LaplaceNull must be a float in (0, inf). "
+                f"Got {epsilon!r}."
+            )
+        _check_domain_bounds("LaplaceNull", low, high)
+        return cls((high - low + 1) / epsilon, low, high, fill)
+
+    def _perturb_cells(self, values, worker_index, draws, worker_hash, task_hash):
+        wh = worker_hash[worker_index]
+        if self.fill is None:
+            pick = draws.uniform(_FILL, wh, task_hash)
+            filler = self.low + np.minimum(
+                (pick * self.domain_size).astype(np.int64), self.domain_size - 1
+            )
+        else:
+            filler = np.full(values.shape, float(self.fill))
+        base = np.where(np.isnan(values), filler, values)
+        u = draws.uniform(_NOISE, wh, task_hash) - 0.5  # Laplace by inverse CDF
+        noise = -self.scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+        return base + noise
