@@ -303,3 +303,33 @@ def test_perturb_numeric(tmp_path, capsys):
         capsys,
     )
     assert code == 2 and "outside the declared range" in err
+
+
+def test_perturb_null_aware_is_dense(tmp_path, capsys):
+    run(["datasets", "export", "web", "-o", str(tmp_path / "w")], capsys)
+    out, report = tmp_path / "p.csv", tmp_path / "r.json"
+    code, _, err = run(
+        [
+            "perturb",
+            str(tmp_path / "w" / "answers.csv"),
+            "-M",
+            "laplace",
+            "-e",
+            "1",
+            "-p",
+            "low=1",
+            "-p",
+            "high=5",
+            "--seed",
+            "2",
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+        ],
+        capsys,
+    )
+    assert code == 0 and "epsilon=1 per cell" in err
+    summary = json.loads(report.read_text())
+    assert summary["n_output"] == 177 * 2665  # every worker's row over every task
+    assert all(w["n_released"] == 2665 for w in summary["workers"].values())

@@ -458,8 +458,10 @@ def perturb(
         },
         "seed": seed,
         "n_answers": data.n_answers,
-        "changed_fraction": float((perturbed.value != data.value).mean()),
+        "n_output": perturbed.n_answers,
     }
+    if perturbed.n_answers == data.n_answers:  # same cells: say how many changed
+        summary["changed_fraction"] = float((perturbed.value != data.value).mean())
     totals = worker_totals(data, mech)
     summary["workers"] = {
         str(w): {"n_released": int(r.n_released), "epsilon_total": float(r.epsilon_total)}
@@ -474,9 +476,14 @@ def perturb(
     _atomic_csv(perturbed.to_frame(), output, index=False)
     if report:
         _atomic_text(json.dumps(summary, indent=2, default=str), report)
+    changed = (
+        f"{summary['changed_fraction']:.1%} changed"
+        if "changed_fraction" in summary
+        else f"{perturbed.n_answers} output cells"
+    )
     click.echo(
         f"{mechanism}: {mech.guarantee}; {data.n_answers} answers of {data.n_workers} workers, "
-        f"{summary['changed_fraction']:.1%} changed -> {output}",
+        f"{changed} -> {output}",
         err=True,
     )
 
@@ -586,6 +593,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{type(exc).__name__}: {exc}")
     except MemoryError:
         _fail("out of memory; try a smaller input or a machine with more memory")
+    except Exception as exc:  # a bug: still one line, with a way to see the traceback
+        if os.environ.get("PRIVTD_DEBUG"):
+            raise
+        _fail(
+            f"internal error ({type(exc).__name__}: {exc}); please report it, and rerun with "
+            "PRIVTD_DEBUG=1 for the traceback"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover
