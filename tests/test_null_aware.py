@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from privtd import Answers, ValidationError, datasets
-from privtd.mechanisms import KRRNull, LaplaceNull, worker_totals
+from privtd.mechanisms import KRRNull, LaplaceNull, TwoLayerNull, worker_totals
 
 
 def sparse(n_workers: int, n_tasks: int, value: int, answered: float, seed: int) -> Answers:
@@ -74,7 +74,10 @@ def test_laplace_null_output():
     assert abs(grid[~answered].mean()) < 4 * 2.5 * math.sqrt(2) / math.sqrt(nulls.size)
 
 
-@pytest.mark.parametrize("mech", [KRRNull.from_epsilon(1.0), LaplaceNull.from_epsilon(1.0)])
+@pytest.mark.parametrize(
+    "mech",
+    [KRRNull.from_epsilon(1.0), LaplaceNull.from_epsilon(1.0), TwoLayerNull.from_epsilon(1.0)],
+)
 def test_record_local_equals_batch(mech):
     data = sparse(20, 15, value=3, answered=0.4, seed=5)
     batch = mech.perturb(data, rng=8)
@@ -109,3 +112,18 @@ def test_bad_input():
         LaplaceNull(1.0, 0, 4, fill=9.0)
     with pytest.raises(ValidationError, match="'epsilon' parameter of LaplaceNull"):
         LaplaceNull.from_epsilon(0.0)
+
+
+def test_two_layer_null_marginal_law():
+    m = TwoLayerNull(1.0, 0, 4)
+    # Numerical check of the closed-form marginal: average keep / other over eps_u.
+    x = np.linspace(0, 2.0, 400_001)
+    keep, other = (np.exp(x) / (5 + np.exp(x))).mean(), (1 / (5 + np.exp(x))).mean()
+    assert m.epsilon == pytest.approx(math.log(keep / other), rel=1e-5)
+    # 100,000 workers with one answered cell each: the marginal keep rate.
+    data = sparse(100_000, 1, value=2, answered=1.0, seed=9)
+    out = m.perturb(data, rng=10)
+    kept = np.zeros(100_000, bool)
+    kept[out.worker[out.value == 2.0]] = True
+    assert abs(kept.mean() - keep) < 4.5 * math.sqrt(keep * (1 - keep) / 100_000)
+    assert "given eps_u a cell has eps_u" in m.guarantee.note

@@ -14,7 +14,7 @@ from ..errors import ValidationError
 from ._base import Budget, Guarantee, Mechanism
 from .accounting import worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
-from .null_aware import KRRNull, LaplaceNull
+from .null_aware import KRRNull, LaplaceNull, TwoLayerNull
 from .randomized_response import BinaryRR, OneLayerRR, TwoLayerRR, flip_epsilon, flip_for_epsilon
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "ExpGaussian",
     "KRRNull",
     "LaplaceNull",
+    "TwoLayerNull",
     "gaussian_delta",
     "MECHANISMS",
     "make_mechanism",
@@ -42,6 +43,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "exp-gaussian": ExpGaussian,
     "krr-null": KRRNull,
     "laplace": LaplaceNull,
+    "two-layer-null": TwoLayerNull,
 }
 
 

@@ -242,3 +242,71 @@ class LaplaceNull(NullAwareMechanism):
         u = draws.uniform(_NOISE, wh, task_hash) - 0.5  # Laplace by inverse CDF
         noise = -self.scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
         return base + noise
+
+
+@dataclass(frozen=True)
+class TwoLayerNull(NullAwareMechanism):
+    """P3's adaptation of the two-layer idea to NULLs (SPEC B3.5): each worker privately draws
+    its own budget ``eps_u ~ U(0, 2 mean_epsilon)`` once, then applies RR with NULL with it.
+
+    Guarantee
+        Per cell with ``eps_u`` marginalised out (it is private): the output law keeps a symbol
+        with ``E[e^eps_u / (|Gamma| + e^eps_u)]`` and moves to each other one with
+        ``E[1 / (|Gamma| + e^eps_u)]``; ``epsilon`` is the log of their ratio, computed exactly.
+        It is below ``mean_epsilon``'s RR figure's worst case but, as for P0's two-layer, not a
+        worker-level guarantee: given ``eps_u`` a cell has ``eps_u``, up to ``2 mean_epsilon``.
+    """
+
+    mean_epsilon: float
+    low: int = 0
+    high: int = 4
+    name: ClassVar[str] = "two-layer-null"
+    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
+
+    def __post_init__(self) -> None:
+        _check_domain_bounds("TwoLayerNull", self.low, self.high)
+        if not isinstance(self.mean_epsilon, (int, float)) or not 0 < self.mean_epsilon < 50:
+            raise ValidationError(
+                "The 'mean_epsilon' parameter of TwoLayerNull must be a float in (0, 50). "
+                f"Got {self.mean_epsilon!r}."
+            )
+
+    def _marginal(self) -> tuple[float, float]:
+        """``E[keep]`` and ``E[other]`` over ``eps_u ~ U(0, 2 mean_epsilon)``, in closed form:
+        ``int 1 / (g + e^x) dx = (x - ln(g + e^x)) / g``."""
+        g, top = float(self.domain_size), 2.0 * self.mean_epsilon
+        other = ((top - math.log(g + math.exp(top))) - (0.0 - math.log(g + 1.0))) / (g * top)
+        return 1.0 - g * other, other
+
+    @property
+    def epsilon(self) -> float:
+        keep, other = self._marginal()
+        return math.log(keep / other)
+
+    def _guarantee_note(self) -> str:
+        return (
+            f"marginal over the worker's private eps_u ~ U(0, {2 * self.mean_epsilon:g}); "
+            "given eps_u a cell has eps_u (SPEC B3.5)"
+        )
+
+    @classmethod
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, low: int = 0, high: int = 4
+    ) -> TwoLayerNull:
+        """P3 calibrates by the mean budget: ``mean_epsilon = epsilon``."""
+        return cls(float(epsilon), low, high)
+
+    def worker_epsilons(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
+        u = draws.uniform(_FILL, worker_hash, np.zeros(1, dtype=np.uint64))
+        return 2.0 * self.mean_epsilon * u
+
+    def _perturb_cells(self, values, worker_index, draws, worker_hash, task_hash):
+        eps_u = self.worker_epsilons(worker_hash, draws)
+        keep = np.exp(eps_u) / (self.domain_size + np.exp(eps_u))
+        k = self.domain_size + 1
+        code = np.where(np.isnan(values), k - 1, np.nan_to_num(values) - self.low).astype(np.int64)
+        wh = worker_hash[worker_index]
+        change = draws.uniform(_PICK, wh, task_hash) >= keep[worker_index]
+        step = (draws.uniform(_NOISE, wh, task_hash) * (k - 1)).astype(np.int64)
+        out = np.where(change, (code + 1 + np.minimum(step, k - 2)) % k, code)
+        return np.where(out == k - 1, np.nan, out + self.low).astype(float)
