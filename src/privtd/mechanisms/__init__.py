@@ -14,6 +14,7 @@ from ..errors import ValidationError
 from ._base import Budget, Guarantee, Mechanism
 from .accounting import worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
+from .matrix_factorization import MFPerturbation, task_profiles
 from .null_aware import KRRNull, LaplaceNull, TwoLayerNull
 from .randomized_response import BinaryRR, OneLayerRR, TwoLayerRR, flip_epsilon, flip_for_epsilon
 
@@ -28,6 +29,8 @@ __all__ = [
     "KRRNull",
     "LaplaceNull",
     "TwoLayerNull",
+    "MFPerturbation",
+    "task_profiles",
     "gaussian_delta",
     "MECHANISMS",
     "make_mechanism",
@@ -44,6 +47,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "krr-null": KRRNull,
     "laplace": LaplaceNull,
     "two-layer-null": TwoLayerNull,
+    "mf": MFPerturbation,
 }
 
 

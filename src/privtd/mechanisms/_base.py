@@ -83,10 +83,9 @@ class Budget:
 class Mechanism(ABC):
     """A local mechanism: immutable, built from its natural parameter.
 
-    Subclasses define ``epsilon`` (and ``delta``), ``from_epsilon``, and ``_perturb_codes``, which
-    perturbs label codes given per-cell uniform draws. ``perturb_worker`` (record-local, what a
-    client device runs) and ``perturb`` (batch) both call it, so with an integer seed they give
-    identical output.
+    Subclasses define ``epsilon`` (and ``delta``), ``from_epsilon``, and the two ways to run:
+    ``perturb_worker`` (record-local, what a client device runs) and ``perturb`` (batch, for
+    simulation); with an integer seed both give identical output.
     """
 
     name: ClassVar[str]
@@ -129,6 +128,18 @@ class Mechanism(ABC):
 
     # ------------------------------------------------------------------ running
     @abstractmethod
+    def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:
+        """Batch: perturb every worker's answers at once (for simulation)."""
+
+    @abstractmethod
+    def perturb_worker(self, answers: Any, **kwargs: Any) -> list[Any]:
+        """Record-local: one worker's own answers in, what it sends out."""
+
+
+class CellMechanism(Mechanism):
+    """A mechanism that perturbs each answer on its own, given per-cell uniform draws."""
+
+    @abstractmethod
     def _perturb_codes(
         self,
         codes: np.ndarray,
@@ -154,7 +165,7 @@ class Mechanism(ABC):
         )
         return answers.with_values(np.asarray(out).astype(answers.value.dtype))
 
-    def perturb_worker(
+    def perturb_worker(  # type: ignore[override]
         self,
         answers: Sequence[Hashable] | np.ndarray,
         *,

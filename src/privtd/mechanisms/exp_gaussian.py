@@ -13,7 +13,7 @@ from scipy import integrate, stats
 
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Mechanism, Unit
+from ._base import CellMechanism, Unit
 from ._random import Draws
 
 # Streams: two uniforms per cell for the normal draw, one per worker for its variance.
@@ -44,7 +44,7 @@ def gaussian_delta(epsilon: float, mu: np.ndarray | float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ExpGaussian(Mechanism):
+class ExpGaussian(CellMechanism):
     """Each worker privately draws a noise variance ``v_u ~ Exp(rate)`` (mean ``1 / rate``) once,
     and adds ``N(0, v_u)`` noise to each of its answers (SPEC B1.2). ``low`` and ``high`` declare
     the answer range; its width is the sensitivity ``Delta``.

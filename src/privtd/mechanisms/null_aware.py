@@ -32,14 +32,13 @@ def _check_domain_bounds(owner: str, low: int, high: int) -> None:
         raise ValidationError(f"{owner} needs low < high. Got low={low}, high={high}.")
 
 
-class NullAwareMechanism(Mechanism):
-    """Perturbs a worker's whole row over the public task list; unanswered cells are NULL.
-
-    The guarantee is per cell (a change of one cell, NULL <-> value included); a worker's total
-    composes over every task of the list, answered or not.
-    """
+class ScoreDomain(Mechanism):
+    """Mechanisms over integer scores ``Gamma = {low, ..., high}`` that release a worker's whole
+    row over the public task list, so a worker's total composes over every task, answered or
+    not; the guarantee is per cell (one cell's change, NULL <-> value included)."""
 
     unit: ClassVar[Unit] = "cell"
+    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
     low: int
     high: int
 
@@ -51,6 +50,19 @@ class NullAwareMechanism(Mechanism):
     def cells_per_worker(self, answers: Answers) -> np.ndarray:
         return np.full(answers.n_workers, answers.n_tasks)
 
+    def _check_values(self, values: np.ndarray) -> None:
+        present = values[~np.isnan(values)]
+        bad = (present < self.low) | (present > self.high) | (present != np.round(present))
+        if bad.any():
+            raise ValidationError(
+                f"{int(bad.sum())} answer(s) are not integers in [{self.low}, {self.high}] "
+                f"(first: {present[bad][0]}). {type(self).__name__} perturbs scores on that domain."
+            )
+
+
+class NullAwareMechanism(ScoreDomain):
+    """Perturbs every cell of a worker's row independently; unanswered cells enter as NULL."""
+
     @abstractmethod
     def _perturb_cells(
         self,
@@ -61,18 +73,6 @@ class NullAwareMechanism(Mechanism):
         task_hash: np.ndarray,
     ) -> np.ndarray:
         """Perturb cells whose ``values`` are scores or NaN (NULL); NaN outputs mean NULL."""
-
-    def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
-        return self._perturb_cells(codes, worker_index, draws, worker_hash, task_hash)
-
-    def _check_values(self, values: np.ndarray) -> None:
-        present = values[~np.isnan(values)]
-        bad = (present < self.low) | (present > self.high) | (present != np.round(present))
-        if bad.any():
-            raise ValidationError(
-                f"{int(bad.sum())} answer(s) are not integers in [{self.low}, {self.high}] "
-                f"(first: {present[bad][0]}). {type(self).__name__} perturbs scores on that domain."
-            )
 
     def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:
         """Batch: every worker's full row (all tasks of ``answers``) perturbed at once."""
@@ -145,7 +145,6 @@ class KRRNull(NullAwareMechanism):
     low: int = 0
     high: int = 4
     name: ClassVar[str] = "krr-null"
-    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
 
     def __post_init__(self) -> None:
         _check_domain_bounds("KRRNull", self.low, self.high)
@@ -198,7 +197,6 @@ class LaplaceNull(NullAwareMechanism):
     high: int = 4
     fill: float | None = None
     name: ClassVar[str] = "laplace"
-    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
 
     def __post_init__(self) -> None:
         _check_domain_bounds("LaplaceNull", self.low, self.high)
@@ -261,7 +259,6 @@ class TwoLayerNull(NullAwareMechanism):
     low: int = 0
     high: int = 4
     name: ClassVar[str] = "two-layer-null"
-    kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
 
     def __post_init__(self) -> None:
         _check_domain_bounds("TwoLayerNull", self.low, self.high)

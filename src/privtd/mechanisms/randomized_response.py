@@ -12,7 +12,7 @@ import numpy as np
 from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Mechanism, Unit
+from ._base import CellMechanism, Unit
 from ._random import Draws, id_hashes
 
 # Stream numbers: which uniform each decision uses (cells: flip, replacement; worker: f_u).
@@ -57,7 +57,7 @@ def _flip(
 
 
 @dataclass(frozen=True)
-class OneLayerRR(Mechanism):
+class OneLayerRR(CellMechanism):
     """P0's one-layer mechanism: every answer is kept with probability ``1 - f`` and otherwise
     replaced by one of the other ``s - 1`` answers uniformly (SPEC B0.1-B0.2).
 
@@ -143,7 +143,7 @@ class BinaryRR(OneLayerRR):
 
 
 @dataclass(frozen=True)
-class TwoLayerRR(Mechanism):
+class TwoLayerRR(CellMechanism):
     """P0's two-layer mechanism: each worker privately draws ``f_u ~ U(a, b)`` once and flips
     every one of its answers with ``f_u`` (SPEC B0.3).
 
