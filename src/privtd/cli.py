@@ -26,7 +26,7 @@ from .answers import Answers
 from .errors import PrivtdError, ValidationError
 from .evaluation import evaluate
 from .inference import METHODS, make_estimator
-from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
+from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, task_profiles, worker_totals
 
 EXIT_ERROR = 2
 
@@ -84,6 +84,16 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
             raise ValidationError(f"--param takes KEY=VALUE. Got {pair!r}.")
         key, value = pair.split("=", 1)
         params[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    return params
+
+
+def _mechanism_params(mechanism: str, params: dict[str, Any], n_tasks: int) -> dict[str, Any]:
+    """CLI parameters as constructor arguments; for ``mf`` the requester's public task profiles
+    are drawn here from ``d`` (default 10) and ``profile_seed`` (default 0)."""
+    if mechanism == "mf":
+        d = params.pop("d", 10)
+        seed = params.pop("profile_seed", 0)
+        params["profiles"] = task_profiles(n_tasks, d, rng=seed)
     return params
 
 
@@ -442,7 +452,7 @@ def perturb(
     data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
-    params = _parse_params(param)
+    params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
     mech = make_mechanism(mechanism, epsilon, **params)
@@ -526,7 +536,9 @@ def audit_cmd(
     """
     from .audit import audit
 
-    mech = make_mechanism(mechanism, epsilon, **_parse_params(param))
+    mech = make_mechanism(
+        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
+    )
     result = audit(mech, samples=samples, seed=seed, confidence=confidence)
     fields = {
         "mechanism": mechanism,
@@ -563,7 +575,9 @@ def audit_cmd(
 )
 def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
     """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
-    mech = make_mechanism(mechanism, epsilon, **_parse_params(param))
+    mech = make_mechanism(
+        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
+    )
     shown = [
         f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
     ]

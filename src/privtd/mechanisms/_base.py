@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import pandas as pd
 
 from .._rng import RNGLike
 from ..answers import Answers
@@ -195,7 +194,10 @@ class CellMechanism(Mechanism):
         out = self._perturb_codes(
             codes, np.zeros(len(codes), dtype=np.int64), draws, worker_hash, task_hash
         )
-        return pd.Index(list(labels)).take(out).tolist() if labels is not None else out.tolist()
+        if labels is None:
+            return out.tolist()
+        domain = list(labels)
+        return [domain[i] for i in out]
 
     def _encode_local(
         self, answers: Sequence[Hashable] | np.ndarray, labels: Sequence[Hashable] | None
@@ -205,15 +207,17 @@ class CellMechanism(Mechanism):
             raise ValidationError(
                 f"{type(self).__name__} needs the answer domain: pass labels=[...]."
             )
-        domain = pd.Index(list(labels))
-        values = pd.Index(list(answers))
-        codes = domain.get_indexer(values)
+        # One worker's own answers, on its device: a dict lookup beats building pandas indexes.
+        position = {label: i for i, label in enumerate(labels)}
+        if len(position) != len(labels):
+            raise ValidationError(f"labels must be distinct. Got {list(labels)}.")
+        codes = np.fromiter((position.get(a, -1) for a in answers), dtype=np.int64)
         if (codes < 0).any():
-            bad = values[codes < 0][:3].tolist()
+            bad = [a for a in answers if a not in position][:3]
             raise ValidationError(
-                f"Answer(s) {bad} are not in the answer domain {list(domain)}. Fix them first."
+                f"Answer(s) {bad} are not in the answer domain {list(labels)}. Fix them first."
             )
-        self._check_domain(len(domain))
+        self._check_domain(len(position))
         return codes
 
     def _check_answers(self, answers: Answers) -> None:

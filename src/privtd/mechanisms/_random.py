@@ -32,7 +32,12 @@ def _splitmix(x: np.ndarray | np.uint64) -> np.ndarray:
 
 def id_hashes(ids: Sequence[Any] | pd.Index | np.ndarray) -> np.ndarray:
     """Stable 64-bit hashes of ids (pandas' keyed SipHash of the values' text, same everywhere)."""
-    values = pd.Index(ids).astype(str).to_numpy(dtype=object)
+    if isinstance(ids, pd.Index):
+        values = ids.astype(str).to_numpy(dtype=object)
+    elif isinstance(ids, np.ndarray):
+        values = ids.astype(str).astype(object)
+    else:  # a client's short list: skip building an Index
+        values = np.array([str(x) for x in ids], dtype=object)
     return pd.util.hash_array(values, categorize=False)
 
 
