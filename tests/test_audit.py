@@ -9,7 +9,17 @@ import pytest
 
 from privtd import ValidationError
 from privtd.audit import audit, clopper_pearson
-from privtd.mechanisms import BinaryRR, OneLayerRR, TwoLayerRR
+from privtd.mechanisms import (
+    BinaryRR,
+    ExpGaussian,
+    KRRNull,
+    LaplaceNull,
+    MFPerturbation,
+    OneLayerRR,
+    TwoLayerNull,
+    TwoLayerRR,
+    task_profiles,
+)
 
 
 @pytest.mark.parametrize(
@@ -20,8 +30,20 @@ from privtd.mechanisms import BinaryRR, OneLayerRR, TwoLayerRR
         BinaryRR.from_epsilon(2.0),
         OneLayerRR.from_epsilon(0.5, n_labels=5),
         TwoLayerRR.from_epsilon(0.3, n_labels=3, a=0.3),
+        ExpGaussian.from_epsilon(1.0, low=0, high=10),
+        KRRNull.from_epsilon(1.0),
+        TwoLayerNull.from_epsilon(1.0),
     ],
-    ids=["one-layer", "two-layer", "binary-rr", "one-layer-5", "two-layer-3"],
+    ids=[
+        "one-layer",
+        "two-layer",
+        "binary-rr",
+        "one-layer-5",
+        "two-layer-3",
+        "exp-gaussian",
+        "krr-null",
+        "two-layer-null",
+    ],
 )
 def test_claims_hold_and_are_tight(mech):
     # 2e5 samples per input: the Clopper-Pearson half-width is about 0.003 on these
@@ -56,3 +78,16 @@ def test_clopper_pearson_edges():
 def test_bad_audit_arguments():
     with pytest.raises(ValidationError, match="samples must be an int >= 100"):
         audit(OneLayerRR.from_epsilon(1.0), samples=10)
+
+
+def test_laplace_null_claim_is_conservative():
+    # P3 takes |Gamma| as the sensitivity, though a cell moves by at most |Gamma| - 1: the
+    # measured loss sits near (|Gamma| - 1) / |Gamma| of the claim (0.8 for |Gamma| = 5).
+    result = audit(LaplaceNull.from_epsilon(1.0, low=0, high=4), samples=200_000, seed=5)
+    assert result.holds and not result.tight
+    assert 0.7 < result.lower_bound <= 0.8
+
+
+def test_matrix_factorisation_is_not_audited_silently():
+    with pytest.raises(ValidationError, match="not audited here"):
+        audit(MFPerturbation.from_epsilon(1.0, task_profiles(3, 2, rng=0)), samples=1000)
