@@ -70,7 +70,8 @@ def _samples(mechanism: Mechanism, which: int, n: int, seed: int) -> np.ndarray:
         value = np.full(n, which, dtype=np.int8)
         labels: pd.Index | None = pd.RangeIndex(getattr(mechanism, "n_labels", 2))
     else:
-        low, high = mechanism.low, mechanism.high
+        params = mechanism.params()
+        low, high = params["low"], params["high"]
         value, labels = np.full(n, float(high if which else low)), None
     answers = Answers(
         task=np.zeros(n, dtype=np.int32),
