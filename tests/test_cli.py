@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
+from privtd import datasets
 from privtd.cli import main
 
 
@@ -333,3 +334,25 @@ def test_perturb_null_aware_is_dense(tmp_path, capsys):
     summary = json.loads(report.read_text())
     assert summary["n_output"] == 177 * 2665  # every worker's row over every task
     assert all(w["n_released"] == 2665 for w in summary["workers"].values())
+
+
+def test_attack_command(tmp_path, capsys):
+    answers, _, _ = datasets.make_categorical(
+        200, 40, 2, answers_per_task=15, accuracy=(0.75, 0.95), rng=2
+    )
+    original = tmp_path / "o.csv"
+    answers.to_csv(str(original))
+    out = tmp_path / "p.csv"
+    code, _, _ = run(
+        ["perturb", str(original), "-M", "two-layer", "-e", "0.2", "--seed", "1", "-o", str(out)],
+        capsys,
+    )
+    assert code == 0
+    code, text, _ = run(
+        ["attack", str(out), "--original", str(original), "-M", "two-layer", "-e", "0.2", "--json"],
+        capsys,
+    )
+    result = json.loads(text)
+    assert code == 0 and result["n_answers"] == answers.n_answers
+    assert result["best"] >= result["as_reported"] and 0 <= result["chance"] <= 1
+    assert result["claimed"] == "epsilon=0.2 per answer"

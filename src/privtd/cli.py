@@ -559,6 +559,60 @@ def audit_cmd(
         sys.exit(1)
 
 
+@cli.command("attack")
+@click.argument("perturbed", type=click.Path(dir_okay=False))
+@click.option(
+    "--original",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The original answers (only to score the attack; the attack never reads them).",
+)
+@click.option(
+    "--mechanism",
+    "-M",
+    required=True,
+    type=click.Choice(list(MECHANISMS)),
+    help="The mechanism that produced PERTURBED (reported beside the result).",
+)
+@click.option("--epsilon", "-e", type=float, help="Its per-answer epsilon.")
+@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE", help="Mechanism parameter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def attack_cmd(
+    perturbed: str,
+    original: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Try to recover workers' original answers from PERTURBED, as an untrusted requester would,
+    and report the fraction recovered against chance."""
+    from .attack import attack
+
+    if MECHANISMS[mechanism].kind != "categorical":
+        raise ValidationError(f"The attack covers categorical mechanisms; {mechanism!r} is not.")
+    orig = Answers.from_path(original, kind="categorical")
+    assert orig.labels is not None
+    pert = Answers.from_path(perturbed, kind="categorical", labels=list(orig.labels))
+    # Same cells in the same order: align the perturbed rows to the original ones.
+    key = pd.MultiIndex.from_arrays([pert.tasks.take(pert.task), pert.workers.take(pert.worker)])
+    want = pd.MultiIndex.from_arrays([orig.tasks.take(orig.task), orig.workers.take(orig.worker)])
+    pos = key.get_indexer(want)
+    if (pos < 0).any() or len(key) != len(want):
+        raise ValidationError("PERTURBED and --original must hold the same (task, worker) cells.")
+    aligned = orig.with_values(pert.value[pos])
+    params = _parse_params(param)
+    params.setdefault("n_labels", orig.n_labels)
+    mech = make_mechanism(mechanism, epsilon, **params)
+    result: dict[str, Any] = {**attack(orig, aligned).as_dict(), "claimed": str(mech.guarantee)}
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for key_, value in result.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        click.echo(f"{key_:>16}: {shown}")
+
+
 @cli.command("epsilon")
 @click.option(
     "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
