@@ -62,10 +62,7 @@ def _samples(mechanism: Mechanism, which: int, n: int, seed: int) -> np.ndarray:
     is a different one-answer worker, so per-worker secrets (two-layer's ``f_u``, P1's ``v_u``,
     P3's ``eps_u``) are marginalised, which is what the per-answer claims cover. NaN = NULL."""
     if isinstance(mechanism, MFPerturbation):
-        raise ValidationError(
-            "MFPerturbation releases whole rows from a least-squares fit; its per-cell claim is "
-            "not audited here (SPEC B3.4 caveats)."
-        )
+        return _mf_samples(mechanism, which, n, seed)
     if mechanism.kind == "categorical":
         value = np.full(n, which, dtype=np.int8)
         labels: pd.Index | None = pd.RangeIndex(getattr(mechanism, "n_labels", 2))
@@ -85,6 +82,29 @@ def _samples(mechanism: Mechanism, which: int, n: int, seed: int) -> np.ndarray:
     result = np.full(n, np.nan)
     result[out.worker] = out.value  # workers whose cell came out NULL stay NaN
     return result
+
+
+def _mf_samples(mechanism: MFPerturbation, which: int, n: int, seed: int) -> np.ndarray:
+    """MF releases a whole row; the neighbours differ in the first task's answer (``low`` vs
+    ``high``, every task answered) and the event space is the first released cell, a valid
+    (if not tight) projection of the output."""
+    n_t = int(np.shape(mechanism.profiles)[1])
+    if n * n_t > 50_000_000:
+        raise ValidationError(
+            f"Auditing MF over {n_t} tasks with {n} samples is too large; use profiles with "
+            "fewer tasks or fewer samples."
+        )
+    value = np.full((n, n_t), float(mechanism.low))
+    value[:, 0] = mechanism.high if which else mechanism.low
+    answers = Answers(
+        task=np.tile(np.arange(n_t, dtype=np.int32), n),
+        worker=np.repeat(np.arange(n, dtype=np.int32), n_t),
+        value=value.ravel(),
+        tasks=pd.RangeIndex(n_t),
+        workers=pd.RangeIndex(n),
+    )
+    out = mechanism.perturb(answers, rng=seed)
+    return out.value.reshape(n, n_t)[:, 0]
 
 
 def _events(a: np.ndarray, b: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
