@@ -31,8 +31,8 @@ from privtd.mechanisms import (
         OneLayerRR.from_epsilon(0.5, n_labels=5),
         TwoLayerRR.from_epsilon(0.3, n_labels=3, a=0.3),
         ExpGaussian.from_epsilon(1.0, low=0, high=10),
-        KRRNull.from_epsilon(1.0),
-        TwoLayerNull.from_epsilon(1.0),
+        KRRNull.from_epsilon(1.0, 0, 4),
+        TwoLayerNull.from_epsilon(1.0, 0, 4),
     ],
     ids=[
         "one-layer",

@@ -30,7 +30,9 @@ def test_closed_forms():
     assert m.laplace_scale == pytest.approx(1.0)
     back = ExpGaussian.from_epsilon(2.0, low=0.0, high=10.0)
     assert back.rate == pytest.approx(4.0 / 200.0) and back.epsilon == pytest.approx(2.0)
-    assert ExpGaussian.from_noise_level(2.0, 1.0).rate == pytest.approx(0.5)  # lambda1 / c
+    assert ExpGaussian.from_noise_level(2.0, 1.0, 0.0, 1.0).rate == pytest.approx(
+        0.5
+    )  # lambda1 / c
     # Derived paper-style epsilon, hand-computed: sqrt(2 ln 125 * 0.5 / ln(1 / 0.99)) = 21.918.
     assert m.paper_style_epsilon(0.01, 0.01) == pytest.approx(21.918, abs=1e-3)
 
@@ -98,11 +100,11 @@ def test_shared_variance_per_worker():
 
 def test_bad_input():
     with pytest.raises(ValidationError, match="'rate' parameter of ExpGaussian must be a float in"):
-        ExpGaussian(0.0)
+        ExpGaussian(0.0, 0.0, 1.0)
     with pytest.raises(ValidationError, match="low < high"):
         ExpGaussian(1.0, 5.0, 5.0)
     with pytest.raises(ValidationError, match="'epsilon' parameter of ExpGaussian"):
-        ExpGaussian.from_epsilon(-1.0)
+        ExpGaussian.from_epsilon(-1.0, 0.0, 1.0)
     m = ExpGaussian(1.0, 0.0, 1.0)
     with pytest.raises(ValidationError, match="outside the declared range"):
         m.perturb_worker([0.5, 3.0])

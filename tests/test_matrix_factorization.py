@@ -34,15 +34,15 @@ def test_profiles_and_epsilon():
     m = MFPerturbation.from_epsilon(2.0, v, low=0, high=9)
     assert m.scale == pytest.approx(5.0) and m.epsilon == pytest.approx(2.0)
     with pytest.raises(ValidationError, match="l1 norm <= 1"):
-        MFPerturbation(2 * v)
+        MFPerturbation(2 * v, 5.0, 0, 4)
     with pytest.raises(ValidationError, match="'solver' parameter"):
-        MFPerturbation(v, solver="svd")
+        MFPerturbation(v, 5.0, 0, 4, solver="svd")
 
 
 def test_rows_solve_the_perturbed_objective():
     data = crowd()
     v = task_profiles(data.n_tasks, 3, rng=2)
-    m = MFPerturbation.from_epsilon(1.0, v)
+    m = MFPerturbation.from_epsilon(1.0, v, 0, 4)
     out = m.perturb(data, rng=5)
     rows = out.value.reshape(data.n_workers, data.n_tasks)
     eta = m._eta(id_hashes(data.workers), Draws(5))
@@ -55,7 +55,7 @@ def test_rows_solve_the_perturbed_objective():
 
 
 def test_noise_is_laplace():
-    m = MFPerturbation.from_epsilon(1.0, task_profiles(10, 50, rng=0))
+    m = MFPerturbation.from_epsilon(1.0, task_profiles(10, 50, rng=0), 0, 4)
     eta = m._eta(id_hashes(np.arange(400)), Draws(3)).ravel()
     assert stats.kstest(eta, stats.laplace(scale=m.scale).cdf).pvalue > 1e-3
 
@@ -66,7 +66,9 @@ def test_solvers_agree_when_well_posed():
     v = np.abs(np.linalg.qr(np.random.default_rng(0).normal(size=(8, 8)))[0][:3])
     v = v / v.sum(axis=0, keepdims=True)
     results = {
-        s: MFPerturbation.from_epsilon(1.0, v, solver=s, gd_steps=20000).perturb(data, rng=1).value
+        s: MFPerturbation.from_epsilon(1.0, v, 0, 4, solver=s, gd_steps=20000)
+        .perturb(data, rng=1)
+        .value
         for s in ("lstsq", "ridge", "gd")
     }
     np.testing.assert_allclose(results["ridge"], results["lstsq"], rtol=1e-4, atol=1e-4)
@@ -75,7 +77,7 @@ def test_solvers_agree_when_well_posed():
 
 def test_record_local_equals_batch_and_accounting():
     data = crowd()
-    m = MFPerturbation.from_epsilon(1.0, task_profiles(data.n_tasks, 3, rng=2))
+    m = MFPerturbation.from_epsilon(1.0, task_profiles(data.n_tasks, 3, rng=2), 0, 4)
     batch = m.perturb(data, rng=7).value.reshape(data.n_workers, data.n_tasks)
     tasks = list(data.tasks)
     for w in range(data.n_workers):
@@ -89,7 +91,7 @@ def test_record_local_equals_batch_and_accounting():
 
 def test_profile_shape_must_match():
     data = crowd()
-    m = MFPerturbation.from_epsilon(1.0, task_profiles(data.n_tasks + 1, 3, rng=2))
+    m = MFPerturbation.from_epsilon(1.0, task_profiles(data.n_tasks + 1, 3, rng=2), 0, 4)
     with pytest.raises(ValidationError, match="task columns"):
         m.perturb(data)
     assert math.isfinite(m.epsilon)

@@ -76,7 +76,11 @@ def test_laplace_null_output():
 
 @pytest.mark.parametrize(
     "mech",
-    [KRRNull.from_epsilon(1.0), LaplaceNull.from_epsilon(1.0), TwoLayerNull.from_epsilon(1.0)],
+    [
+        KRRNull.from_epsilon(1.0, 0, 4),
+        LaplaceNull.from_epsilon(1.0, 0, 4),
+        TwoLayerNull.from_epsilon(1.0, 0, 4),
+    ],
 )
 def test_record_local_equals_batch(mech):
     data = sparse(20, 15, value=3, answered=0.4, seed=5)
@@ -103,15 +107,15 @@ def test_every_cell_counts_towards_the_total():
 
 def test_bad_input():
     with pytest.raises(ValidationError, match="not integers in \\[0, 4\\]"):
-        KRRNull.from_epsilon(1.0).perturb_worker({"a": 7}, tasks=["a"])
+        KRRNull.from_epsilon(1.0, 0, 4).perturb_worker({"a": 7}, tasks=["a"])
     with pytest.raises(ValidationError, match="not in the task list"):
-        KRRNull.from_epsilon(1.0).perturb_worker({"z": 1}, tasks=["a"])
+        KRRNull.from_epsilon(1.0, 0, 4).perturb_worker({"z": 1}, tasks=["a"])
     with pytest.raises(ValidationError, match="low < high"):
         LaplaceNull(1.0, 3, 3)
     with pytest.raises(ValidationError, match="'fill' of LaplaceNull must lie in"):
         LaplaceNull(1.0, 0, 4, fill=9.0)
     with pytest.raises(ValidationError, match="'epsilon' parameter of LaplaceNull"):
-        LaplaceNull.from_epsilon(0.0)
+        LaplaceNull.from_epsilon(0.0, 0, 4)
 
 
 def test_two_layer_null_marginal_law():
@@ -127,3 +131,11 @@ def test_two_layer_null_marginal_law():
     kept[out.worker[out.value == 2.0]] = True
     assert abs(kept.mean() - keep) < 4.5 * math.sqrt(keep * (1 - keep) / 100_000)
     assert "given eps_u a cell has eps_u" in m.guarantee.note
+
+
+@pytest.mark.parametrize("name", ["laplace", "krr-null", "two-layer-null", "exp-gaussian"])
+def test_answer_range_is_required(name):
+    from privtd.mechanisms import make_mechanism
+
+    with pytest.raises(ValidationError, match="needs the declared answer range"):
+        make_mechanism(name, 1.0)

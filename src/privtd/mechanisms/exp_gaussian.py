@@ -66,8 +66,8 @@ class ExpGaussian(CellMechanism):
     """
 
     rate: float
-    low: float = 0.0
-    high: float = 1.0
+    low: float
+    high: float
     name: ClassVar[str] = "exp-gaussian"
     unit: ClassVar[Unit] = "report"
     kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
@@ -107,7 +107,7 @@ class ExpGaussian(CellMechanism):
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, low: float = 0.0, high: float = 1.0
+        cls, epsilon: float, low: float, high: float
     ) -> ExpGaussian:
         """``rate = epsilon^2 / (2 Delta^2)``."""
         eps = _finite_positive("ExpGaussian", "epsilon", epsilon)
@@ -118,7 +118,7 @@ class ExpGaussian(CellMechanism):
 
     @classmethod
     def from_noise_level(
-        cls, noise_level: float, error_rate: float, low: float = 0.0, high: float = 1.0
+        cls, noise_level: float, error_rate: float, low: float, high: float
     ) -> ExpGaussian:
         """P1's noise level ``c = lambda1 / lambda2`` (SPEC B1.2): ``rate = lambda1 / c``."""
         c = _finite_positive("ExpGaussian", "noise_level", noise_level)

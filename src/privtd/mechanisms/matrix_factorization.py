@@ -53,9 +53,9 @@ class MFPerturbation(ScoreDomain):
     """
 
     profiles: np.ndarray = field(repr=False)
-    scale: float = 5.0
-    low: int = 0
-    high: int = 4
+    scale: float
+    low: int
+    high: int
     solver: Solver = "lstsq"
     ridge: float = 1e-6
     gd_steps: int = 2000
@@ -99,7 +99,7 @@ class MFPerturbation(ScoreDomain):
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, profiles: np.ndarray, low: int = 0, high: int = 4, **kwargs: Any
+        cls, epsilon: float, profiles: np.ndarray, low: int, high: int, **kwargs: Any
     ) -> MFPerturbation:
         if not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
             raise ValidationError(

@@ -142,8 +142,8 @@ class KRRNull(NullAwareMechanism):
     """
 
     keep: float
-    low: int = 0
-    high: int = 4
+    low: int
+    high: int
     name: ClassVar[str] = "krr-null"
 
     def __post_init__(self) -> None:
@@ -158,7 +158,7 @@ class KRRNull(NullAwareMechanism):
         return abs(math.log(self.keep * self.domain_size / (1 - self.keep)))
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, low: int = 0, high: int = 4) -> KRRNull:  # type: ignore[override]
+    def from_epsilon(cls, epsilon: float, low: int, high: int) -> KRRNull:  # type: ignore[override]
         if not isinstance(epsilon, (int, float)) or not 0 <= epsilon < math.inf:
             raise ValidationError(
                 f"The 'epsilon' parameter of KRRNull must be a float in [0, inf). Got {epsilon!r}."
@@ -193,8 +193,8 @@ class LaplaceNull(NullAwareMechanism):
     """
 
     scale: float
-    low: int = 0
-    high: int = 4
+    low: int
+    high: int
     fill: float | None = None
     name: ClassVar[str] = "laplace"
 
@@ -217,7 +217,7 @@ class LaplaceNull(NullAwareMechanism):
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, low: int = 0, high: int = 4, fill: float | None = None
+        cls, epsilon: float, low: int, high: int, fill: float | None = None
     ) -> LaplaceNull:
         if not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
             raise ValidationError(
@@ -256,8 +256,8 @@ class TwoLayerNull(NullAwareMechanism):
     """
 
     mean_epsilon: float
-    low: int = 0
-    high: int = 4
+    low: int
+    high: int
     name: ClassVar[str] = "two-layer-null"
 
     def __post_init__(self) -> None:
@@ -288,7 +288,7 @@ class TwoLayerNull(NullAwareMechanism):
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, low: int = 0, high: int = 4
+        cls, epsilon: float, low: int, high: int
     ) -> TwoLayerNull:
         """P3 calibrates by the mean budget: ``mean_epsilon = epsilon``."""
         return cls(float(epsilon), low, high)
