@@ -613,6 +613,50 @@ def attack_cmd(
         click.echo(f"{key_:>16}: {shown}")
 
 
+@cli.command("reproduce")
+@click.argument("experiment", type=click.Choice(["kdd18"]))
+@click.option(
+    "--dataset",
+    default="duchenne",
+    show_default=True,
+    help="Bundled dataset (kdd18: a binary one; 'sentiment' stands in for Peer Grading).",
+)
+@click.option("--trials", default=100, show_default=True, type=int, help="Trials per setting.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the trials.")
+@click.option("--jobs", type=int, help="Worker processes (default: every core).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for table.csv, table.md, run.json and figures.",
+)
+def reproduce(
+    experiment: str, dataset: str, trials: int, seed: int, jobs: int | None, out_dir: str
+) -> None:
+    """Run one of the papers' experiments and write its table, figures and run record."""
+    from .experiments import kdd18, report
+
+    out = Path(out_dir)
+    n_steps = len(kdd18.EPSILONS) * len(kdd18.MECHANISMS) * trials
+    with click.progressbar(
+        length=n_steps, label=f"{experiment} on {dataset}", file=sys.stderr
+    ) as bar:
+        table, facts = kdd18.run(dataset, trials=trials, seed=seed, progress=bar.update, jobs=jobs)
+    facts["experiment"] = experiment
+    written = report.write(out, table, facts, f"P0 (KDD 2018) error-rate change on {dataset}")
+    if dataset == "duchenne":
+        comparison = kdd18.compare_with_paper(table)
+        written += report.write(out, comparison, facts, "Ours against P0 Table 3", "vs_paper")
+    cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
+    figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
+    click.echo(report.markdown_table(table[["epsilon", *cols]]))
+    click.echo(
+        f"{facts['seconds']} s; wrote {', '.join(str(p) for p in written)}"
+        + (f", {figure}" if figure else " (figures need: pip install 'privtd[plot]')")
+    )
+
+
 @cli.command("epsilon")
 @click.option(
     "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."

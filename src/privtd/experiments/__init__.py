@@ -1,0 +1,7 @@
+"""Measuring: the papers' experiments, reproduced (``privtd reproduce``)."""
+
+from __future__ import annotations
+
+from . import kdd18
+
+__all__ = ["kdd18"]

@@ -1,0 +1,75 @@
+"""Writing an experiment's outputs: table.csv, table.md, run.json and (with the ``plot`` extra)
+PNG figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def markdown_table(table: pd.DataFrame, digits: int = 4) -> str:
+    """A pipe table, values with ``digits`` decimals (no optional dependency needed)."""
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in table.iterrows():
+        cells = [f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(
+    out: Path, table: pd.DataFrame, facts: dict[str, Any], title: str, stem: str = "table"
+) -> list[Path]:
+    """``{stem}.csv``, ``{stem}.md`` and ``run.json`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in (
+        (f"{stem}.csv", table.to_csv(index=False)),
+        (f"{stem}.md", f"# {title}\n\n" + markdown_table(table)),
+        ("run.json", json.dumps(facts, indent=2, default=str) + "\n"),
+    ):
+        _atomic(out / name, text)
+        written.append(out / name)
+    return written
+
+
+def plot_lines(
+    out: Path, table: pd.DataFrame, x: str, columns: list[str], ylabel: str, name: str
+) -> Path | None:
+    """Lines of ``columns`` against ``x`` with standard-error bars; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for col in columns:
+        se = table.get(f"{col}_se")
+        ax.errorbar(table[x], table[col], yerr=se, marker="o", ms=3, capsize=2, label=col)
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / name
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
