@@ -10,6 +10,7 @@ import pytest
 from privtd import ValidationError
 from privtd.cli import main
 from privtd.experiments import kdd18
+from privtd.mechanisms import TwoLayerRR
 
 
 def test_table_shape_and_determinism():
@@ -59,3 +60,33 @@ def test_cli_writes_table_and_record(tmp_path, capsys):
     assert (tmp_path / "vs_paper.csv").exists()
     facts = json.loads((tmp_path / "run.json").read_text())
     assert facts["experiment"] == "kdd18" and facts["trials"] == 2 and facts["seconds"] >= 0
+
+
+def test_error_change_distribution_matches_spec():
+    dist = kdd18.error_change_distribution(bs=(1.0,), ns=(2, 3, 5), samples=400_000, seed=3)
+    # E[prod f_u] = (b/2)^n exactly; SPEC B0.4's simulated medians 0.186, 0.069, 0.0094.
+    np.testing.assert_allclose(dist["mean"], dist["one_layer"], rtol=0.02)
+    np.testing.assert_allclose(dist["median"], [0.186, 0.069, 0.0094], rtol=0.03)
+    assert (dist["share_below_one_layer"] > 0.5).all()  # a small change is the likely outcome
+
+
+def test_product_density_integrates_to_one_and_matches_samples():
+    from scipy import integrate
+
+    for b, n in ((1.0, 2), (0.5, 3)):
+        total, _ = integrate.quad(
+            lambda a, b=b, n=n: kdd18.product_density(np.array([a]), b, n)[0], 0, b**n, limit=200
+        )
+        assert total == pytest.approx(1.0, abs=1e-6)
+    a = np.prod(np.random.default_rng(0).uniform(0, 1, size=(200_000, 2)), axis=1)
+    # P(A <= 0.25) from the density against the sample share.
+    p, _ = integrate.quad(lambda x: kdd18.product_density(np.array([x]), 1.0, 2)[0], 0, 0.25)
+    assert abs((a <= 0.25).mean() - p) < 4 * np.sqrt(p * (1 - p) / a.size)
+
+
+def test_figure2_weights():
+    fig = kdd18.weights_before_after("duchenne", epsilon=0.5, seed=0, n_workers=5)
+    assert list(fig.columns) == ["worker", "n_answers", "f_u", "weight_before", "weight_after"]
+    assert len(fig) == 5 and fig["n_answers"].is_monotonic_decreasing
+    b = TwoLayerRR.from_epsilon(0.5).b
+    assert ((fig["f_u"] >= 0) & (fig["f_u"] <= b)).all()

@@ -650,6 +650,18 @@ def reproduce(
         written += report.write(out, comparison, facts, "Ours against P0 Table 3", "vs_paper")
     cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
     figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
+    fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
+    written += report.write(
+        out,
+        fig2,
+        facts,
+        "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)",
+        "figure2",
+    )
+    dist = kdd18.error_change_distribution(seed=seed)
+    written += report.write(
+        out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
+    )
     click.echo(report.markdown_table(table[["epsilon", *cols]]))
     click.echo(
         f"{facts['seconds']} s; wrote {', '.join(str(p) for p in written)}"
