@@ -90,3 +90,38 @@ def test_figure2_weights():
     assert len(fig) == 5 and fig["n_answers"].is_monotonic_decreasing
     b = TwoLayerRR.from_epsilon(0.5).b
     assert ((fig["f_u"] >= 0) & (fig["f_u"] <= b)).all()
+
+
+def test_ladp_orderings():
+    from privtd.experiments import ladp
+
+    table, facts = ladp.run(trials=5, seed=1, epsilons=(1.0, 4.0), users=(20,), tasks=1000)
+    t4 = table[table["setting"] == "theorem4"].set_index("epsilon")
+    # P4 Theorem 4: private DS beats private MV on the expert/spammer instance above ln(85/15).
+    row = t4.loc[4.0]
+    assert 4.0 > facts["theorem4_epsilon"]
+    assert (
+        row["private_ds"] + 3 * row["private_ds_se"] < row["private_mv"] - 3 * row["private_mv_se"]
+    )
+    # Errors fall as epsilon grows; P4 Theorem 3's ability bound holds at epsilon <= 1.
+    for setting in ("theorem4", "uniform"):
+        s = table[table["setting"] == setting].set_index("epsilon")
+        assert s.loc[4.0, "private_ds"] < s.loc[1.0, "private_ds"]
+        assert s.loc[1.0, "ability_error"] < s.loc[1.0, "theorem3_bound"]
+
+
+def test_ladp_private_majority_ties_go_to_one():
+    import pandas as pd
+
+    from privtd import Answers
+    from privtd.experiments import ladp
+
+    tie = Answers(
+        np.zeros(2, np.int32),
+        np.arange(2, dtype=np.int32),
+        np.array([0, 1], np.int8),
+        pd.Index(["q"]),
+        pd.RangeIndex(2),
+        pd.Index([0, 1]),
+    )
+    assert ladp.private_majority(tie).tolist() == [1]

@@ -614,16 +614,16 @@ def attack_cmd(
 
 
 @cli.command("reproduce")
-@click.argument("experiment", type=click.Choice(["kdd18"]))
+@click.argument("experiment", type=click.Choice(["kdd18", "ladp"]))
 @click.option(
     "--dataset",
     default="duchenne",
     show_default=True,
-    help="Bundled dataset (kdd18: a binary one; 'sentiment' stands in for Peer Grading).",
+    help="kdd18: a bundled binary dataset ('sentiment' stands in for Peer Grading).",
 )
 @click.option("--trials", default=100, show_default=True, type=int, help="Trials per setting.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the trials.")
-@click.option("--jobs", type=int, help="Worker processes (default: every core).")
+@click.option("--jobs", type=int, help="kdd18: worker processes (default: every core).")
 @click.option(
     "--out",
     "out_dir",
@@ -635,37 +635,53 @@ def reproduce(
     experiment: str, dataset: str, trials: int, seed: int, jobs: int | None, out_dir: str
 ) -> None:
     """Run one of the papers' experiments and write its table, figures and run record."""
-    from .experiments import kdd18, report
+    from .experiments import kdd18, ladp, report
 
     out = Path(out_dir)
-    n_steps = len(kdd18.EPSILONS) * len(kdd18.MECHANISMS) * trials
-    with click.progressbar(
-        length=n_steps, label=f"{experiment} on {dataset}", file=sys.stderr
-    ) as bar:
-        table, facts = kdd18.run(dataset, trials=trials, seed=seed, progress=bar.update, jobs=jobs)
+    if experiment == "kdd18":
+        steps = len(kdd18.EPSILONS) * len(kdd18.MECHANISMS) * trials
+    else:
+        steps = 2 * 2 * len(ladp.EPSILONS) * trials
+    with click.progressbar(length=steps, label=f"{experiment}", file=sys.stderr) as bar:
+        if experiment == "kdd18":
+            table, facts = kdd18.run(
+                dataset, trials=trials, seed=seed, progress=bar.update, jobs=jobs
+            )
+        else:
+            table, facts = ladp.run(trials=trials, seed=seed, progress=bar.update)
     facts["experiment"] = experiment
-    written = report.write(out, table, facts, f"P0 (KDD 2018) error-rate change on {dataset}")
-    if dataset == "duchenne":
-        comparison = kdd18.compare_with_paper(table)
-        written += report.write(out, comparison, facts, "Ours against P0 Table 3", "vs_paper")
-    cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
-    figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
-    fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
-    written += report.write(
-        out,
-        fig2,
-        facts,
-        "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)",
-        "figure2",
+    written = report.write(
+        out, table, facts, f"{experiment}: {dataset if experiment == 'kdd18' else 'synthetic'}"
     )
-    dist = kdd18.error_change_distribution(seed=seed)
-    written += report.write(
-        out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
-    )
-    click.echo(report.markdown_table(table[["epsilon", *cols]]))
+    figure = None
+    if experiment == "kdd18":
+        if dataset == "duchenne":
+            written += report.write(
+                out, kdd18.compare_with_paper(table), facts, "Ours against P0 Table 3", "vs_paper"
+            )
+        cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
+        figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
+        fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
+        written += report.write(
+            out,
+            fig2,
+            facts,
+            "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)",
+            "figure2",
+        )
+        dist = kdd18.error_change_distribution(seed=seed)
+        written += report.write(
+            out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
+        )
+        shown = table[["epsilon", *cols]]
+    else:
+        real = ladp.real(trials=max(2, trials // 5), seed=seed)
+        written += report.write(out, real, facts, "ladp: binary real datasets", "real")
+        shown = table.drop(columns=[c for c in table.columns if c.endswith("_se")])
+    click.echo(report.markdown_table(shown))
     click.echo(
-        f"{facts['seconds']} s; wrote {', '.join(str(p) for p in written)}"
-        + (f", {figure}" if figure else " (figures need: pip install 'privtd[plot]')")
+        f"{facts['seconds']} s; wrote {', '.join(dict.fromkeys(str(p) for p in written))}"
+        + (f", {figure}" if figure else "")
     )
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import kdd18
+from . import kdd18, ladp
 
-__all__ = ["kdd18"]
+__all__ = ["kdd18", "ladp"]
