@@ -125,3 +125,19 @@ def test_ladp_private_majority_ties_go_to_one():
         pd.Index([0, 1]),
     )
     assert ladp.private_majority(tie).tolist() == [1]
+
+
+def test_icdcs20_headline_and_trends():
+    from privtd.experiments import icdcs20
+
+    table, _ = icdcs20.run(trials=20, seed=4, noise_levels=(0.25, 2.0))
+    fig2 = table[table["figure"] == "fig2_crh"].set_index("noise_level")
+    # E|noise| = 1 / sqrt(2 lambda2) (SPEC B1.2): 20 trials x 4,500 draws.
+    np.testing.assert_allclose(fig2["avg_noise"], fig2["avg_noise_theory"], rtol=0.05)
+    # P1's headline: at an average noise of about 1, the MAE stays below 0.1.
+    assert fig2.loc[2.0, "avg_noise"] == pytest.approx(1.0, abs=0.05)
+    assert fig2.loc[2.0, "mae"] + 2 * fig2.loc[2.0, "mae_se"] < 0.1
+    # More noise, more MAE; more users, less MAE (Figs 2 and 4).
+    assert fig2.loc[2.0, "mae"] > fig2.loc[0.25, "mae"]
+    users = table[(table["figure"] == "fig4_users") & (table["noise_level"] == 2.0)]
+    assert users.set_index("users").loc[300, "mae"] < users.set_index("users").loc[50, "mae"]

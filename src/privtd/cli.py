@@ -614,7 +614,7 @@ def attack_cmd(
 
 
 @cli.command("reproduce")
-@click.argument("experiment", type=click.Choice(["kdd18", "ladp"]))
+@click.argument("experiment", type=click.Choice(["kdd18", "icdcs20", "ladp"]))
 @click.option(
     "--dataset",
     default="duchenne",
@@ -635,11 +635,13 @@ def reproduce(
     experiment: str, dataset: str, trials: int, seed: int, jobs: int | None, out_dir: str
 ) -> None:
     """Run one of the papers' experiments and write its table, figures and run record."""
-    from .experiments import kdd18, ladp, report
+    from .experiments import icdcs20, kdd18, ladp, report
 
     out = Path(out_dir)
     if experiment == "kdd18":
         steps = len(kdd18.EPSILONS) * len(kdd18.MECHANISMS) * trials
+    elif experiment == "icdcs20":
+        steps = 7 * len(icdcs20.NOISE_LEVELS) * trials
     else:
         steps = 2 * 2 * len(ladp.EPSILONS) * trials
     with click.progressbar(length=steps, label=f"{experiment}", file=sys.stderr) as bar:
@@ -647,6 +649,8 @@ def reproduce(
             table, facts = kdd18.run(
                 dataset, trials=trials, seed=seed, progress=bar.update, jobs=jobs
             )
+        elif experiment == "icdcs20":
+            table, facts = icdcs20.run(trials=trials, seed=seed, progress=bar.update)
         else:
             table, facts = ladp.run(trials=trials, seed=seed, progress=bar.update)
     facts["experiment"] = experiment
@@ -674,6 +678,21 @@ def reproduce(
             out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
         )
         shown = table[["epsilon", *cols]]
+    elif experiment == "icdcs20":
+        real = icdcs20.real(trials=max(2, trials // 5), seed=seed)
+        written += report.write(out, real, facts, "icdcs20: emotion (numeric)", "real")
+        shown = table[
+            [
+                "figure",
+                "users",
+                "error_rate",
+                "noise_level",
+                "epsilon_report",
+                "avg_noise",
+                "mae",
+                "mae_theory",
+            ]
+        ]
     else:
         real = ladp.real(trials=max(2, trials // 5), seed=seed)
         written += report.write(out, real, facts, "ladp: binary real datasets", "real")

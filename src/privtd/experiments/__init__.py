@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import kdd18, ladp
+from . import icdcs20, kdd18, ladp
 
-__all__ = ["kdd18", "ladp"]
+__all__ = ["icdcs20", "kdd18", "ladp"]
