@@ -141,3 +141,13 @@ def test_icdcs20_headline_and_trends():
     assert fig2.loc[2.0, "mae"] > fig2.loc[0.25, "mae"]
     users = table[(table["figure"] == "fig4_users") & (table["noise_level"] == 2.0)]
     assert users.set_index("users").loc[300, "mae"] < users.set_index("users").loc[50, "mae"]
+
+
+def test_bigdata18_mf_wins_at_moderate_epsilon():
+    from privtd.experiments import bigdata18
+
+    table, _ = bigdata18.run(trials=2, seed=5, epsilons=(1.0,), sparsities=(0.5,), size=(600, 60))
+    row = table[table["figure"] == "vs_epsilon"].set_index("sparsity").loc[0.5]
+    # P3's trend: MF has the smallest MAE change; LP, RR and two-layer all degrade more.
+    assert row["mf"] < min(row["lp"], row["rr"], row["two_layer"])
+    assert row["mae_original"] < 1.5
