@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import datasets as datasets_mod
+from ._files import atomic_write_text
 from .answers import Answers
 from .errors import PrivtdError, ValidationError
 from .evaluation import evaluate
@@ -38,29 +38,7 @@ def _fail(message: str) -> None:
 
 
 def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
-    target = Path(path)
-    if not target.resolve().parent.is_dir():
-        raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.resolve().parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            frame.to_csv(handle, index=index)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_text(text: str, path: str) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.resolve().parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, frame.to_csv(index=index))
 
 
 def _parse_value(text: str) -> Any:
@@ -485,7 +463,7 @@ def perturb(
         }
     _atomic_csv(perturbed.to_frame(), output, index=False)
     if report:
-        _atomic_text(json.dumps(summary, indent=2, default=str), report)
+        atomic_write_text(report, json.dumps(summary, indent=2, default=str))
     changed = (
         f"{summary['changed_fraction']:.1%} changed"
         if "changed_fraction" in summary

@@ -4,23 +4,12 @@ PNG figures."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-
-def _atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from .._files import atomic_write_text
 
 
 def markdown_table(table: pd.DataFrame, digits: int = 4) -> str:
@@ -44,7 +33,7 @@ def write(
         (f"{stem}.md", f"# {title}\n\n" + markdown_table(table)),
         ("run.json", json.dumps(facts, indent=2, default=str) + "\n"),
     ):
-        _atomic(out / name, text)
+        atomic_write_text(out / name, text)
         written.append(out / name)
     return written
 
