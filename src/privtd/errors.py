@@ -13,6 +13,7 @@ __all__ = [
     "BudgetExceededError",
     "ConvergenceWarning",
     "PrivacyLeakWarning",
+    "ProtocolError",
 ]
 
 
@@ -40,6 +41,11 @@ class NotFittedError(PrivtdError, AttributeError):
 
 class BudgetExceededError(PrivtdError):
     """A perturbation would take a worker past their privacy budget; nothing was sent."""
+
+
+class ProtocolError(PrivtdError):
+    """A party of the secure protocol sent a message that breaks the protocol (malformed, out of
+    range, for the wrong round) or stopped answering; the round produces no sum."""
 
 
 class ConvergenceWarning(UserWarning):

@@ -1,0 +1,30 @@
+"""The worker-private latent class protocol of P2 (Kajino et al., DMKD 2014): EM in which the
+requester learns the truths but never a worker's labels or quality.
+
+Workers keep their answers and their own model parameters; the requester receives only secure
+sums, by pairwise masks (:mod:`~privtd.secure.masking`, default) or Paillier encryption
+(:mod:`~privtd.secure.paillier`). Threat model and costs: ``docs/secure.md``.
+Needs ``pip install 'privtd[secure]'``.
+"""
+
+from __future__ import annotations
+
+from .models import MODELS, ModelSpec
+from .parties import BACKENDS, Requester, RoundStats, SecureRun, Transport, Worker
+from .secure_em import SecureEM, split_by_worker
+from .transport import InProcessTransport, SocketTransport
+
+__all__ = [
+    "BACKENDS",
+    "MODELS",
+    "InProcessTransport",
+    "ModelSpec",
+    "Requester",
+    "RoundStats",
+    "SecureEM",
+    "SecureRun",
+    "SocketTransport",
+    "Transport",
+    "Worker",
+    "split_by_worker",
+]

@@ -1,0 +1,177 @@
+"""Secure sum by pairwise masks (SPEC C3 item 2; Bonawitz et al., CCS 2017, without recovery).
+
+Each worker makes an X25519 key pair and sends the public half to the requester, which relays
+every public key to every worker: workers never talk to each other. Each pair ``(u, v)`` then
+shares a secret (X25519), stretched by HKDF-SHA256 into a ChaCha20 key. In a round, worker ``u``
+adds to its fixed-point codes the keystream of every pair ``(u, v)`` with ``u < v`` and subtracts
+it for ``u > v``, modulo ``2**64``. Every mask appears once with each sign, so the requester's sum
+of the masked vectors is the sum of the codes, and each masked vector alone is uniform on
+``[0, 2**64)`` to anyone who lacks the pair keys.
+
+Drop-outs: a worker that does not answer voids the round. The requester retries it without that
+worker, under a new attempt number, so every attempt uses fresh masks (a nonce is never reused
+under a key). Nothing is ever revealed to rebuild a missing mask. Workers refuse to mask for fewer
+than ``min_participants`` workers, and refuse to mask twice for one (round, attempt).
+
+All primitives come from ``cryptography`` (``pip install 'privtd[secure]'``).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..errors import ProtocolError
+from . import messages
+
+KEY_BYTES = 32
+
+
+try:
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import x25519
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    HAVE_CRYPTOGRAPHY = True
+except ImportError:  # pragma: no cover - the extra is installed in tests
+    HAVE_CRYPTOGRAPHY = False
+
+
+def _require() -> None:
+    if not HAVE_CRYPTOGRAPHY:  # pragma: no cover
+        raise ImportError(
+            "The masking secure sum needs cryptography: pip install 'privtd[secure]'."
+        )
+
+
+class MaskingWorker:
+    """A worker's side: its X25519 key pair, its pair keys, and the masking of its codes."""
+
+    name = "masking"
+
+    def __init__(self, worker_id: int, min_participants: int = 3) -> None:
+        _require()
+        self.worker_id = worker_id
+        self.min_participants = min_participants
+        self._private = x25519.X25519PrivateKey.generate()
+        self._pair_keys: dict[int, bytes] = {}
+        self._used: set[tuple[int, int]] = set()
+        self._session = b""
+
+    def setup(self, message: messages.Message) -> messages.Message:
+        self._session = messages.field(message, "session", bytes)
+        public = self._private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        return {"public_key": public}
+
+    def set_keys(self, message: messages.Message) -> None:
+        owners = messages.field(message, "key_owners", list)
+        keys = messages.field(message, "public_keys", np.ndarray)
+        if keys.dtype != np.uint8 or keys.shape != (len(owners), KEY_BYTES):
+            raise ProtocolError(f"Expected {len(owners)} public keys of {KEY_BYTES} bytes each.")
+        for owner, raw in zip(owners, keys, strict=True):
+            if owner == self.worker_id:
+                continue
+            try:
+                peer = x25519.X25519PublicKey.from_public_bytes(raw.tobytes())
+                shared = self._private.exchange(peer)
+            except ValueError as exc:
+                raise ProtocolError(
+                    f"The public key relayed for worker {owner} is invalid: {exc}"
+                ) from None
+            low, high = sorted((int(owner), self.worker_id))
+            self._pair_keys[int(owner)] = HKDF(
+                algorithm=hashes.SHA256(),
+                length=KEY_BYTES,
+                salt=self._session,
+                info=b"privtd pairwise mask %d %d" % (low, high),
+            ).derive(shared)
+
+    def protect(
+        self, codes: np.ndarray, round_: int, attempt: int, participants: list[int]
+    ) -> messages.Message:
+        """The masked codes for this (round, attempt) among ``participants``."""
+        if (round_, attempt) in self._used:
+            raise ProtocolError(
+                f"Round {round_} attempt {attempt} was already masked; refusing to reuse its masks."
+            )
+        if len(participants) < self.min_participants:
+            raise ProtocolError(
+                f"Only {len(participants)} worker(s) in round {round_}; masking needs at least "
+                f"{self.min_participants}, or the sum would reveal too much about each of them."
+            )
+        missing = [v for v in participants if v != self.worker_id and v not in self._pair_keys]
+        if missing:
+            raise ProtocolError(
+                f"No pair key with worker(s) {missing[:5]}: they were not at setup."
+            )
+        self._used.add((round_, attempt))
+        masked = codes.astype(np.uint64, copy=True)
+        for peer in participants:
+            if peer == self.worker_id:
+                continue
+            mask = self._mask(peer, round_, attempt, masked.size)
+            if self.worker_id < peer:
+                masked += mask
+            else:
+                masked -= mask
+        return {"masked": masked}
+
+    def _mask(self, peer: int, round_: int, attempt: int, n: int) -> np.ndarray:
+        # ChaCha20 takes a 4-byte block counter and a 12-byte nonce: (round, attempt) is unique
+        # per key, so no keystream is ever used twice.
+        nonce = struct.pack("<IIII", 0, round_, attempt, 0)
+        stream = Cipher(algorithms.ChaCha20(self._pair_keys[peer], nonce), mode=None).encryptor()
+        return np.frombuffer(stream.update(_zeros(8 * n)), dtype="<u8")
+
+
+_ZEROS = bytes(0)
+
+
+def _zeros(n: int) -> bytes:
+    """``n`` zero bytes to encrypt into keystream, allocated once per size."""
+    global _ZEROS
+    if len(_ZEROS) != n:
+        _ZEROS = bytes(n)
+    return _ZEROS
+
+
+class MaskingAggregator:
+    """The requester's side: relay public keys, then add masked vectors modulo ``2**64``."""
+
+    name = "masking"
+
+    def __init__(self) -> None:
+        import os
+
+        self.session = os.urandom(16)
+
+    def setup_fields(self, worker: int) -> messages.Message:
+        return {"session": self.session}
+
+    def keys_message(self, replies: dict[int, messages.Message]) -> messages.Message:
+        owners = sorted(replies)
+        keys = np.zeros((len(owners), KEY_BYTES), dtype=np.uint8)
+        for row, owner in enumerate(owners):
+            raw = messages.field(replies[owner], "public_key", bytes)
+            if len(raw) != KEY_BYTES:
+                raise ProtocolError(
+                    f"Worker {owner} sent a public key of {len(raw)} bytes, not {KEY_BYTES}."
+                )
+            keys[row] = np.frombuffer(raw, dtype=np.uint8)
+        return {"key_owners": owners, "public_keys": keys}
+
+    def combine(
+        self, replies: dict[int, messages.Message], n_values: int, decrypt: Any
+    ) -> np.ndarray:
+        total = np.zeros(n_values, dtype=np.uint64)
+        for worker, reply in replies.items():
+            try:
+                total += messages.array(reply, "masked", "uint64", (n_values,))
+            except ProtocolError as exc:
+                raise ProtocolError(f"Worker {worker}: {exc}") from None
+        return total

@@ -1,0 +1,342 @@
+"""The three latent class models of P2, split into a worker's half and the requester's half.
+
+A worker's half (:class:`LocalModel`) holds that worker's own answers and parameters: from the
+broadcast posteriors it runs its own M-step, then forms its contribution to each task's secure
+sums (zero for tasks it did not answer, so the sums also hide who answered what). The
+requester's half (:class:`AggregateModel`) sees only those sums: it computes the posteriors, the
+class prior, the stopping test, and checks that every sum is in the range the model allows.
+
+- ``binary``: the two-coin latent class model (SPEC A7, B2.1): sums ``log a_i`` and ``log b_i``.
+- ``multiclass``: Dawid-Skene (SPEC A5, P2 appendix 1.1): sums ``log rho[i, l]``, one per class.
+- ``real``: the regularised real-valued model (SPEC A8, P2 appendix 1.2): sums
+  ``sum_j lambda_j y_ij`` and ``sum_j lambda_j``.
+
+With the same start, each model's iterates are those of the plain EM of
+:class:`~privtd.inference.LatentClass`, :class:`~privtd.inference.DawidSkene` and
+:class:`~privtd.inference.Raykar` (``gamma``, ``init="mean"``), up to the fixed-point error.
+The start is itself a secure sum: of votes (categorical) or of answers and counts (real).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.special import expit, logsumexp, softmax
+
+from ..errors import ProtocolError, ValidationError
+
+MODELS = ("binary", "multiclass", "real")
+#: Dawid-Skene's floor on confusion entries and priors (as the plain estimator).
+DS_FLOOR = 1e-10
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The public description of a run that every party receives at setup.
+
+    ``eta`` clips the binary model's sensitivity, specificity and prior (SPEC A7). ``gamma``
+    caps the real model's precision, in units of the public answer range ``[low, high]``: a
+    worker's answers are mapped to ``[0, 1]`` before anything is computed, so ``gamma = 1e4``
+    means no worker is trusted beyond a standard deviation of 1% of the range.
+    """
+
+    model: str
+    n_tasks: int
+    n_labels: int = 2
+    eta: float = 1e-6
+    gamma: float = 1e4
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValidationError(
+                f"Unknown model {self.model!r}. Choose one of {', '.join(MODELS)}."
+            )
+        if self.n_tasks < 1:
+            raise ValidationError(
+                f"A secure run needs at least one task. Got n_tasks={self.n_tasks}."
+            )
+        if self.model == "binary" and self.n_labels != 2:
+            raise ValidationError(
+                f"The binary model needs exactly 2 labels; these answers have {self.n_labels}. "
+                "Use --model multiclass."
+            )
+        if self.model == "multiclass" and self.n_labels < 2:
+            raise ValidationError(
+                f"The multiclass model needs at least 2 labels. Got {self.n_labels}."
+            )
+        if not 0.0 < self.eta < 0.5:
+            raise ValidationError(f"eta must be in (0, 0.5). Got {self.eta}.")
+        if not (np.isfinite(self.gamma) and self.gamma > 0):
+            raise ValidationError(f"gamma must be a positive number. Got {self.gamma}.")
+        if not (np.isfinite(self.low) and np.isfinite(self.high) and self.low < self.high):
+            raise ValidationError(
+                f"The answer range needs low < high. Got [{self.low}, {self.high}]."
+            )
+
+    @property
+    def max_abs(self) -> float:
+        """The largest ``|contribution|`` a worker can make: what the encoding must hold."""
+        if self.model == "binary":
+            return float(-np.log(self.eta))
+        if self.model == "multiclass":
+            # A confusion entry is at least the floor over the column's mass, at most n_tasks.
+            return float(-np.log(DS_FLOOR / self.n_tasks))
+        return 1.0
+
+    @property
+    def n_sums(self) -> int:
+        """Secure sums per task and round."""
+        return self.n_labels if self.model == "multiclass" else 2
+
+    def to_message(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ModelSpec:
+        try:
+            return cls(
+                model=str(message["model"]),
+                n_tasks=int(message["n_tasks"]),
+                n_labels=int(message["n_labels"]),
+                eta=float(message["eta"]),
+                gamma=float(message["gamma"]),
+                low=float(message["low"]),
+                high=float(message["high"]),
+            )
+        except (KeyError, TypeError, ValueError, ValidationError) as exc:
+            raise ProtocolError(f"Malformed model description at setup: {exc}") from None
+
+
+# ------------------------------------------------------------------ the worker's half
+class LocalModel:
+    """One worker's private answers and parameters; nothing here leaves the worker in the clear."""
+
+    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
+        tasks = np.asarray(tasks, dtype=np.int64)
+        if tasks.size == 0:
+            raise ValidationError("A worker must hold at least one answer.")
+        if tasks.min() < 0 or tasks.max() >= spec.n_tasks:
+            raise ValidationError(f"Task codes must be in [0, {spec.n_tasks}).")
+        if np.unique(tasks).size != tasks.size:
+            raise ValidationError("A worker answers each task at most once.")
+        self.spec = spec
+        self.tasks = tasks
+        self.values = np.asarray(values)
+
+    def start(self) -> np.ndarray:
+        """Contribution to the sums that start EM (votes, or answers and counts)."""
+        raise NotImplementedError
+
+    def update(self, state: np.ndarray) -> None:
+        """Local M-step from the broadcast posteriors (or truths)."""
+        raise NotImplementedError
+
+    def contribution(self) -> np.ndarray:
+        """Contribution ``(n_tasks, n_sums)`` to this round's secure sums."""
+        raise NotImplementedError
+
+    def _dense(self, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros((self.spec.n_tasks, rows.shape[1]))
+        out[self.tasks] = rows
+        return out
+
+
+class LocalBinary(LocalModel):
+    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
+        super().__init__(spec, tasks, values)
+        if not np.isin(self.values, (0, 1)).all():
+            raise ValidationError("Binary answers must be coded 0 or 1.")
+        self.x = self.values.astype(np.float64)
+        self.sensitivity = self.specificity = 0.5
+
+    def start(self) -> np.ndarray:
+        return self._dense(np.column_stack([self.x, np.ones_like(self.x)]))
+
+    def update(self, state: np.ndarray) -> None:
+        m = state[self.tasks]
+        x = self.x
+        sens = float((m * x).sum() / max(m.sum(), 1e-300))
+        spec = float(((1.0 - m) * (1.0 - x)).sum() / max((1.0 - m).sum(), 1e-300))
+        lo, hi = self.spec.eta, 1.0 - self.spec.eta
+        self.sensitivity = min(max(sens, lo), hi)
+        self.specificity = min(max(spec, lo), hi)
+
+    def contribution(self) -> np.ndarray:
+        x, a, b = self.x, self.sensitivity, self.specificity
+        log_a = x * np.log(a) + (1.0 - x) * np.log1p(-a)
+        log_b = (1.0 - x) * np.log(b) + x * np.log1p(-b)
+        return self._dense(np.column_stack([log_a, log_b]))
+
+
+class LocalMulticlass(LocalModel):
+    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
+        super().__init__(spec, tasks, values)
+        k = spec.n_labels
+        if not np.isin(self.values, np.arange(k)).all():
+            raise ValidationError(f"Multiclass answers must be coded 0..{k - 1}.")
+        self.y = self.values.astype(np.int64)
+        self.confusion = np.full((k, k), 1.0 / k)  # [answer, truth]
+
+    def start(self) -> np.ndarray:
+        return self._dense(np.eye(self.spec.n_labels)[self.y])
+
+    def update(self, state: np.ndarray) -> None:
+        k = self.spec.n_labels
+        counts = np.zeros((k, k))
+        np.add.at(counts, self.y, state[self.tasks])
+        np.maximum(counts, DS_FLOOR, out=counts)
+        self.confusion = counts / counts.sum(axis=0, keepdims=True)
+
+    def contribution(self) -> np.ndarray:
+        return self._dense(np.log(self.confusion)[self.y])
+
+
+class LocalReal(LocalModel):
+    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
+        super().__init__(spec, tasks, values)
+        x = self.values.astype(np.float64)
+        if not np.isfinite(x).all() or x.min() < spec.low or x.max() > spec.high:
+            raise ValidationError(
+                "Real answers must be finite and inside the public range "
+                f"[{spec.low}, {spec.high}]."
+            )
+        self.x = (x - spec.low) / (spec.high - spec.low)
+        self.precision = spec.gamma  # in units of the range
+
+    def start(self) -> np.ndarray:
+        return self._dense(np.column_stack([self.x, np.ones_like(self.x)]))
+
+    def update(self, state: np.ndarray) -> None:
+        residual = float(np.mean((self.x - state[self.tasks]) ** 2))
+        self.precision = min(1.0 / max(residual, 1e-300), self.spec.gamma)
+
+    def contribution(self) -> np.ndarray:
+        # Dividing by the public gamma keeps every contribution in [0, 1] (the weighted mean is
+        # unchanged), so the fixed-point range never depends on the data's scale.
+        w = self.precision / self.spec.gamma
+        return self._dense(np.column_stack([w * self.x, np.full_like(self.x, w)]))
+
+
+LOCAL_MODELS: dict[str, type[LocalModel]] = {
+    "binary": LocalBinary,
+    "multiclass": LocalMulticlass,
+    "real": LocalReal,
+}
+
+
+# ------------------------------------------------------------------ the requester's half
+@dataclass
+class AggregateModel:
+    """What the requester computes from the sums: the state it broadcasts and when to stop.
+
+    ``tol`` is the plain estimator's: the largest change of a posterior (binary), the change of
+    the log-likelihood per answer (multiclass), the largest change of a truth in answer units
+    (real).
+    """
+
+    spec: ModelSpec
+    tol: float
+    state: np.ndarray = field(init=False)
+    objective: list[float] = field(default_factory=list)
+    n_answers: int = 0
+    max_abs_sum: ClassVar[float] = np.inf
+
+    def start(self, sums: np.ndarray, n_parties: int) -> np.ndarray:
+        """The first broadcast state, from the start sums (votes, or answers and counts)."""
+        self._check(sums, 0.0, float(n_parties), "start")
+        counts = sums[:, -1] if self.spec.model != "multiclass" else sums.sum(axis=1)
+        if not np.allclose(counts, np.rint(counts)):
+            raise ProtocolError(
+                "The answer counts summed to non-integers; a start contribution was altered."
+            )
+        self.n_answers = int(np.rint(counts).sum())
+        return self._start(sums)
+
+    def step(self, sums: np.ndarray, n_parties: int) -> bool:
+        """Update the state from one round's sums; True once the stopping rule holds."""
+        raise NotImplementedError
+
+    def _start(self, sums: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    @staticmethod
+    def _check(sums: np.ndarray, low: float, high: float, what: str) -> None:
+        bad = ~np.isfinite(sums) | (sums < low) | (sums > high)
+        if bad.any():
+            first = sums.ravel()[np.flatnonzero(bad.ravel())[0]]
+            raise ProtocolError(
+                f"{int(bad.sum())} secure sum(s) of the {what} round fall outside [{low}, {high}] "
+                f"(first: {first}): some worker's contribution was out of range or altered. "
+                "The round is void."
+            )
+
+
+class AggregateBinary(AggregateModel):
+    def _start(self, sums: np.ndarray) -> np.ndarray:
+        counts = sums[:, 1]
+        self.state = np.divide(sums[:, 0], counts, out=np.full(len(counts), 0.5), where=counts > 0)
+        return self.state
+
+    def step(self, sums: np.ndarray, n_parties: int) -> bool:
+        # Each worker adds at most two log-probabilities >= log(eta) per task, all <= 0.
+        self._check(sums, -n_parties * self.spec.max_abs - 1e-6, 1e-9, "E-step")
+        eta = self.spec.eta
+        prior = min(max(float(self.state.mean()), eta), 1.0 - eta)
+        log_a, log_b = sums[:, 0], sums[:, 1]
+        new = expit(np.log(prior) - np.log1p(-prior) + log_a - log_b)
+        self.objective.append(
+            float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
+        )
+        change = float(np.max(np.abs(new - self.state)))
+        self.state = new
+        return change < self.tol
+
+
+class AggregateMulticlass(AggregateModel):
+    def _start(self, sums: np.ndarray) -> np.ndarray:
+        total = sums.sum(axis=1, keepdims=True)
+        k = sums.shape[1]
+        self.state = np.divide(sums, total, out=np.full_like(sums, 1.0 / k), where=total > 0)
+        return self.state
+
+    def step(self, sums: np.ndarray, n_parties: int) -> bool:
+        self._check(sums, -n_parties * self.spec.max_abs - 1e-6, 1e-9, "E-step")
+        prior = self.state.mean(axis=0)
+        log_rho = sums + np.log(np.maximum(prior, DS_FLOOR))
+        self.objective.append(float(logsumexp(log_rho, axis=1).sum()) / max(self.n_answers, 1))
+        self.state = softmax(log_rho, axis=1)
+        return len(self.objective) > 1 and self.objective[-1] - self.objective[-2] < self.tol
+
+
+class AggregateReal(AggregateModel):
+    def _start(self, sums: np.ndarray) -> np.ndarray:
+        counts = sums[:, 1]
+        self.state = np.divide(sums[:, 0], counts, out=np.full(len(counts), 0.5), where=counts > 0)
+        return self.state
+
+    def step(self, sums: np.ndarray, n_parties: int) -> bool:
+        # Contributions are w * x and w with w in (0, 1] and x in [0, 1].
+        self._check(sums, -1e-9, n_parties + 1e-9, "E-step")
+        num, den = sums[:, 0], sums[:, 1]
+        new = np.divide(num, den, out=self.state.copy(), where=den > 0)
+        change = float(np.max(np.abs(new - self.state))) * (self.spec.high - self.spec.low)
+        self.state = new
+        return change < self.tol
+
+    def truths(self) -> np.ndarray:
+        """Truths in answer units."""
+        return self.spec.low + (self.spec.high - self.spec.low) * self.state
+
+
+AGGREGATE_MODELS: dict[str, type[AggregateModel]] = {
+    "binary": AggregateBinary,
+    "multiclass": AggregateMulticlass,
+    "real": AggregateReal,
+}
+
+#: The plain estimator's stopping tolerance, per model.
+DEFAULT_TOL = {"binary": 1e-4, "multiclass": 1e-5, "real": 1e-6}
