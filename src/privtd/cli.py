@@ -591,6 +591,128 @@ def attack_cmd(
         click.echo(f"{key_:>16}: {shown}")
 
 
+@cli.command("secure-em")
+@click.argument("answers", type=click.Path(dir_okay=False))
+@click.option(
+    "--model",
+    type=click.Choice(["auto", "binary", "multiclass", "real"]),
+    default="auto",
+    show_default=True,
+    help="Latent class model; 'auto': binary for 2 labels, multiclass for more, real for numbers.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["masking", "paillier"]),
+    default="masking",
+    show_default=True,
+    help="Secure sum: pairwise masks, or Paillier encryption.",
+)
+@click.option("--processes", is_flag=True, help="Run each worker in its own OS process.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="CSV to write: task,truth.")
+@click.option(
+    "--rounds-output", type=click.Path(dir_okay=False), help="CSV to write per-round costs."
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["auto", "categorical", "numeric"]),
+    default="auto",
+    show_default=True,
+    help="Answer type; 'auto': floats are numeric, the rest labels.",
+)
+@click.option(
+    "--value-range",
+    nargs=2,
+    type=float,
+    metavar="LOW HIGH",
+    help="Public answer range (real model).",
+)
+@click.option("--max-iter", type=int, default=500, show_default=True)
+@click.option("--tol", type=float, help="Stopping tolerance (default: the plain estimator's).")
+@click.option("--fraction-bits", type=int, default=40, show_default=True)
+@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier key size.")
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["error", "first", "last", "majority", "mean"]),
+    default="error",
+    show_default=True,
+    help="Repeated (task, worker) pairs.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print only the summary, not every round.")
+def secure_em_cmd(
+    answers: str,
+    model: str,
+    backend: str,
+    processes: bool,
+    output: str | None,
+    rounds_output: str | None,
+    kind: str,
+    value_range: tuple[float, float] | None,
+    max_iter: int,
+    tol: float | None,
+    fraction_bits: int,
+    key_bits: int,
+    on_duplicate: str,
+    quiet: bool,
+) -> None:
+    """Run P2's worker-private EM on ANSWERS with one party per worker.
+
+    Each worker keeps its answers and its quality parameters; the requester sees only secure
+    sums. Prints, per round, the time and the bytes sent by the requester and by the workers.
+    """
+    from .secure import RoundStats, SecureEM
+
+    for path in (output, rounds_output):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
+    for note in data.notes:
+        click.echo(f"privtd: note: {note}", err=True)
+    n_workers = data.n_workers
+
+    def report(stats: RoundStats) -> None:
+        if not quiet:
+            click.echo(
+                f"round {stats.round:4d} {stats.phase:5s} {stats.seconds:8.3f} s | requester "
+                f"{stats.requester_seconds:7.3f} s, sent {stats.requester_bytes_sent:>11,} B | "
+                f"workers max {stats.worker_seconds_max:7.3f} s, sent "
+                f"{stats.worker_bytes_sent:>12,} B ({stats.worker_bytes_sent // n_workers:,} each)",
+                err=True,
+            )
+
+    estimator = SecureEM(
+        model,
+        backend,
+        processes=processes,
+        tol=tol,
+        max_iter=max_iter,
+        fraction_bits=fraction_bits,
+        key_bits=key_bits,
+        value_range=value_range,
+        on_round=report,
+    )
+    start = time.perf_counter()
+    estimator.fit(data)
+    elapsed = time.perf_counter() - start
+    if output:
+        _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
+    if rounds_output:
+        _atomic_csv(estimator.rounds_, rounds_output, index=False)
+    rounds = estimator.rounds_
+    status = "converged" if estimator.converged_ else "did not converge"
+    dropped = f", {len(estimator.dropped_)} worker(s) dropped out" if estimator.dropped_ else ""
+    click.echo(
+        f"secure-em ({estimator.spec_.model}, {backend}"
+        f"{', one process per worker' if processes else ''}): {data.n_tasks} tasks, "
+        f"{n_workers} workers, {data.n_answers} answers; {estimator.n_iter_} iteration(s), "
+        f"{status}{dropped}, {elapsed:.2f} s; requester sent "
+        f"{int(rounds.requester_bytes_sent.sum()):,} B, workers sent "
+        f"{int(rounds.worker_bytes_sent.sum()):,} B" + (f" -> {output}" if output else ""),
+        err=True,
+    )
+    if not output:
+        click.echo(estimator.truths_.rename_axis("task").reset_index().to_csv(index=False), nl=False)
+
+
 @cli.command("reproduce")
 @click.argument("experiment", type=click.Choice(["kdd18", "icdcs20", "bigdata18", "ladp"]))
 @click.option(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -88,7 +89,9 @@ class Worker:
         if kind == "decrypt" and isinstance(self._sum, PaillierWorker):
             return {"type": "plaintexts", **self._sum.decrypt(message)}
         if kind == "done":
+            # A last local M-step: the worker ends knowing its quality under the final posteriors.
             self.result = np.array(messages.field(message, "state", np.ndarray))
+            self.model.update(self.result)
             return {"type": "ok"}
         raise ProtocolError(f"Unknown message type {kind!r}.")
 
@@ -259,7 +262,7 @@ class Requester:
             n_iter = 0
             for n_iter in range(1, self.max_iter + 1):  # noqa: B007
                 sums = self._secure_sums(n_iter, "em", model.state)
-                converged = bool(self._timed(lambda s=sums: model.step(s, len(self.active))))
+                converged = bool(self._timed(partial(model.step, sums, len(self.active))))
                 if converged:
                     break
             self._broadcast({"type": "done", "state": model.state})

@@ -1,0 +1,410 @@
+"""P2's worker-private protocol: equal to plain EM, the requester's view, faults, drop-outs."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import privtd
+from privtd.errors import ProtocolError, ValidationError
+from privtd.inference import DawidSkene, LatentClass, Raykar
+from privtd.secure import (
+    InProcessTransport,
+    ModelSpec,
+    Requester,
+    SecureEM,
+    SocketTransport,
+    Worker,
+    fixed_point,
+    messages,
+    split_by_worker,
+)
+from privtd.secure.masking import MaskingWorker
+from privtd.secure.paillier import Packing
+
+# Test-only key size: 512-bit Paillier is fast and breakable; the default is 2048.
+TEST_KEY_BITS = 512
+
+
+@pytest.fixture(scope="module")
+def duchenne() -> privtd.Answers:
+    return privtd.datasets.load("duchenne").answers
+
+
+@pytest.fixture(scope="module")
+def dog() -> privtd.Answers:
+    return privtd.datasets.load("dog").answers
+
+
+@pytest.fixture(scope="module")
+def emotion() -> privtd.Answers:
+    return privtd.datasets.load("emotion").answers
+
+
+def first_tasks(answers: privtd.Answers, n: int) -> privtd.Answers:
+    return answers.subset(answers.task < n)
+
+
+def bound(answers: privtd.Answers) -> float:
+    """Posterior tolerance: each sum is off by at most J 2^-(F+1); through a softmax that moves a
+    posterior by at most a quarter of the error on a log-ratio (two sums), and EM's contraction
+    keeps the error from growing over iterations. 1e3 times that covers the accumulation."""
+    return 1e3 * 2 * fixed_point.sum_error_bound(fixed_point.FRACTION_BITS, answers.n_workers)
+
+
+# ------------------------------------------------------------------ encoding
+def test_message_round_trip_and_malformed_frames() -> None:
+    message = {
+        "type": "round",
+        "round": 3,
+        "participants": [1, 2],
+        "state": np.linspace(0, 1, 5),
+        "masked": np.arange(4, dtype=np.uint64),
+        "key": b"abc",
+    }
+    out = messages.decode(messages.encode(message))
+    assert out["type"] == "round" and out["participants"] == [1, 2] and out["key"] == b"abc"
+    np.testing.assert_array_equal(out["state"], message["state"])
+    assert out["masked"].dtype == np.uint64
+    frame = messages.encode(message)
+    for bad in (b"XXXX" + frame[4:], frame[:-3], frame + b"\0", frame[:6]):
+        with pytest.raises(ProtocolError):
+            messages.decode(bad)
+    with pytest.raises(ProtocolError, match="dtype"):
+        messages.encode({"x": np.zeros(2, dtype=np.float32)})
+    with pytest.raises(ProtocolError, match="lacks the field"):
+        messages.field({"type": "round"}, "state", np.ndarray)
+
+
+def test_fixed_point_sum_error_is_within_the_bound() -> None:
+    rng = np.random.default_rng(0)
+    n_parties, f = 64, 20
+    values = rng.uniform(-20, 20, size=(n_parties, 10_000))
+    codes = [fixed_point.encode(v, f, 20.0) for v in values]
+    total = np.zeros(10_000, dtype=np.uint64)
+    for c in codes:
+        total += c
+    error = np.abs(fixed_point.decode(total, f) - values.sum(axis=0))
+    limit = fixed_point.sum_error_bound(f, n_parties)
+    assert error.max() <= limit
+    # The bound is of the right order: a random sum uses a good part of it.
+    assert error.max() > limit / 20
+    with pytest.raises(ProtocolError, match="cannot be encoded"):
+        fixed_point.encode(np.array([1.0, np.nan]), f, 20.0)
+    with pytest.raises(ProtocolError, match="at most 20"):
+        fixed_point.encode(np.array([21.0]), f, 20.0)
+
+
+def test_paillier_packing_round_trip() -> None:
+    rng = np.random.default_rng(1)
+    n = (1 << 511) + 12345
+    packing = Packing(n, 5, 46)
+    values = rng.integers(-(2**44), 2**44, size=(5, 100))
+    plain = [packing.pack(v.astype(np.int64).view(np.uint64)) for v in values]
+    summed = [sum(col) for col in zip(*plain, strict=True)]
+    out = packing.unpack(summed, 100, 5).view(np.int64)
+    np.testing.assert_array_equal(out, values.sum(axis=0))
+    with pytest.raises(ProtocolError, match="out of range"):
+        packing.unpack([p + (1 << (8 * packing.slot_bytes - 1)) for p in summed], 100, 5)
+
+
+# ------------------------------------------------------------------ equal to plain EM
+def test_masking_binary_equals_latent_class_on_duchenne(duchenne: privtd.Answers) -> None:
+    secure = SecureEM().fit(duchenne)
+    plain = LatentClass().fit(duchenne)
+    assert secure.n_iter_ == plain.n_iter_ and secure.converged_
+    diff = np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max()
+    assert diff <= bound(duchenne)
+    assert (secure.truths_ == plain.truths_).all()
+    # Each worker's private parameters are those of the plain M-step.
+    sens = plain.weights_["sensitivity"].to_numpy()
+    mine = np.array([w.model.sensitivity for w in secure.workers_])  # type: ignore[union-attr]
+    np.testing.assert_allclose(mine, sens, atol=1e-6)
+    assert secure.rounds_.phase.tolist() == ["start"] + ["em"] * secure.n_iter_
+
+
+def test_masking_multiclass_equals_dawid_skene_on_dog(dog: privtd.Answers) -> None:
+    secure = SecureEM().fit(dog)
+    plain = DawidSkene().fit(dog)
+    assert secure.spec_.model == "multiclass" and secure.n_iter_ == plain.n_iter_
+    assert np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max() <= bound(dog)
+    assert (secure.truths_ == plain.truths_).all()
+    np.testing.assert_allclose(secure.objective_, plain.objective_, atol=1e-9)
+
+
+def test_masking_real_equals_raykar_on_emotion(emotion: privtd.Answers) -> None:
+    low, high = -100.0, 100.0
+    secure = SecureEM(value_range=(low, high), gamma=1e4).fit(emotion)
+    plain = Raykar(gamma=1e4 / (high - low) ** 2, init="mean").fit(emotion)
+    assert secure.spec_.model == "real" and secure.n_iter_ == plain.n_iter_
+    # Truths are ratios of two sums of contributions in [0, 1]: the error scales with the range.
+    diff = np.abs(secure.truths_.to_numpy() - plain.truths_.to_numpy()).max()
+    assert diff <= (high - low) * 1e3 * bound(emotion)
+
+
+@pytest.mark.parametrize("name", ["duchenne", "dog", "emotion"])
+def test_paillier_equals_plain_em(name: str) -> None:
+    answers = first_tasks(privtd.datasets.load(name).answers, 60)
+    kwargs = {"value_range": (-100.0, 100.0)} if name == "emotion" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        secure = SecureEM(backend="paillier", key_bits=TEST_KEY_BITS, max_iter=4, **kwargs)
+        secure.fit(answers)
+        masked = SecureEM(max_iter=4, **kwargs).fit(answers)
+    if name == "emotion":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+            plain = Raykar(gamma=1e4 / 200**2, init="mean", max_iter=4).fit(answers)
+        np.testing.assert_allclose(secure.truths_, plain.truths_, atol=1e-4)
+        np.testing.assert_allclose(secure.truths_, masked.truths_, atol=1e-9)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+            est = LatentClass(max_iter=4) if name == "duchenne" else DawidSkene(max_iter=4)
+            plain = est.fit(answers)
+        diff = np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max()
+        assert diff <= bound(answers)
+        np.testing.assert_allclose(secure.probas_, masked.probas_, atol=1e-12)
+
+
+# ------------------------------------------------------------------ the requester's view
+class Recording(InProcessTransport):
+    """Keeps every frame the requester receives."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        super().__init__(workers)
+        self.seen: list[tuple[int, messages.Message]] = []
+
+    def call(self, requests: dict[int, bytes]) -> dict[int, bytes | None]:
+        replies = super().call(requests)
+        for worker, frame in replies.items():
+            if frame is not None:
+                self.seen.append((worker, messages.decode(frame)))
+        return replies
+
+
+def run_recorded(
+    answers: privtd.Answers, backend: str, **kwargs: object
+) -> tuple[Recording, list[Worker]]:
+    workers = [Worker(w, t, v) for w, (t, v) in split_by_worker(answers).items()]
+    transport = Recording(workers)
+    spec = SecureEM().spec_for(answers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        Requester(spec, transport, backend, **kwargs).run()  # type: ignore[arg-type]
+    return transport, workers
+
+
+def test_masked_contributions_are_uniform_and_hide_labels(duchenne: privtd.Answers) -> None:
+    answers = first_tasks(duchenne, 300)
+    transport, workers = run_recorded(answers, "masking", max_iter=3)
+    fields = {k for _, m in transport.seen for k in m} - {"type", "seconds", "round", "attempt"}
+    # All the requester ever receives: public keys and masked vectors.
+    assert fields == {"public_key", "masked"}
+    masked = [(w, m["masked"]) for w, m in transport.seen if m["type"] == "contribution"]
+    assert len(masked) == 4 * len(workers)
+    pooled = np.concatenate([v for _, v in masked])
+    # Each 64-bit value is uniform: its top byte and its bottom byte are flat (chi-square).
+    for shift in (56, 0):
+        counts = np.bincount(
+            ((pooled >> np.uint64(shift)) & np.uint64(255)).astype(int), minlength=256
+        )
+        assert stats.chisquare(counts).pvalue > 1e-4
+    # And none of a worker's own codes (which repeat a handful of log-probabilities) shows up.
+    by_worker = {w.worker_id: w for w in workers}
+    for worker_id, vector in masked[-len(workers) :]:
+        model = by_worker[worker_id].model
+        assert model is not None
+        codes = fixed_point.encode(model.contribution(), fixed_point.FRACTION_BITS, 100.0)
+        assert np.intersect1d(codes, vector).size == 0
+        # A worker who answered a few tasks sends as many values as one who answered all.
+        assert vector.size == answers.n_tasks * 2
+
+
+def test_paillier_requester_sees_only_ciphertexts_and_blinded_sums(
+    duchenne: privtd.Answers,
+) -> None:
+    answers = first_tasks(duchenne, 40)
+    transport, workers = run_recorded(answers, "paillier", max_iter=1, key_bits=TEST_KEY_BITS)
+    holder = next(w for w in workers if w._sum is not None and w._sum._private is not None)  # noqa: SLF001
+    public = holder._sum._public  # type: ignore[union-attr]  # noqa: SLF001
+    fields = {k for _, m in transport.seen for k in m} - {"type", "seconds", "round", "attempt"}
+    assert fields == {"paillier_n", "ciphertexts", "plaintexts"}
+    for _, message in transport.seen:
+        for row in message.get("ciphertexts", np.zeros((0, 1), dtype=np.uint8)):
+            assert 0 < int.from_bytes(row.tobytes(), "big") < public.nsquare
+    # The key holder's plaintexts are blinded, uniform modulo n: their bytes are flat, where a
+    # true packed sum has zero bytes in every slot's headroom and above the last slot.
+    plain = [m["plaintexts"] for _, m in transport.seen if m["type"] == "plaintexts"]
+    width = plain[0].shape[1]
+    low = np.concatenate([p[:, width // 2 + 1 :].ravel() for p in plain])  # below n's top byte
+    assert stats.chisquare(np.bincount(low, minlength=256)).pvalue > 1e-4
+
+
+# ------------------------------------------------------------------ faults
+class Faulty(Worker):
+    """A worker that tampers with its contribution after the given round."""
+
+    def __init__(self, *args: object, fault: str, at: int = 2, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fault = fault
+        self.at = at
+
+    def handle(self, frame: bytes) -> bytes:
+        request = messages.decode(frame)
+        reply = messages.decode(super().handle(frame))
+        if request["type"] != "round" or request["round"] < self.at:
+            return messages.encode(reply)
+        if self.fault == "drop":
+            raise ConnectionError("gone")
+        if self.fault == "short":
+            reply["masked"] = reply["masked"][:-1]
+        elif self.fault == "overflow":
+            reply["masked"] = reply["masked"] + np.uint64(2**62)
+        elif self.fault == "round":
+            reply["round"] = request["round"] + 1
+        elif self.fault == "garbage":
+            return b"PTD1 this is not a frame"
+        elif self.fault == "ciphertext":
+            reply["ciphertexts"] = np.full_like(reply["ciphertexts"], 255)
+        return messages.encode(reply)
+
+
+def faulty_run(answers: privtd.Answers, fault: str, backend: str = "masking", **kwargs: object):  # type: ignore[no-untyped-def]
+    held = split_by_worker(answers)
+    workers = [
+        Faulty(w, t, v, fault=fault) if w == 0 else Worker(w, t, v) for w, (t, v) in held.items()
+    ]
+    spec = SecureEM().spec_for(answers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        return Requester(spec, InProcessTransport(workers), backend, max_iter=5, **kwargs).run()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("short", "Worker 0: .*expected uint64"),
+        ("overflow", "outside .* The round is void"),
+        ("round", "another round"),
+        ("garbage", "Worker 0 sent a malformed reply"),
+    ],
+)
+def test_a_bad_contribution_voids_the_round(
+    duchenne: privtd.Answers, fault: str, message: str
+) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        faulty_run(first_tasks(duchenne, 100), fault)
+
+
+def test_a_bad_ciphertext_voids_the_round(duchenne: privtd.Answers) -> None:
+    with pytest.raises(ProtocolError, match="Worker 0: .*outside the key's range"):
+        faulty_run(first_tasks(duchenne, 30), "ciphertext", "paillier", key_bits=TEST_KEY_BITS)
+
+
+def test_a_drop_out_retries_the_round_without_the_worker(duchenne: privtd.Answers) -> None:
+    run = faulty_run(first_tasks(duchenne, 100), "drop")
+    assert run.dropped == [0]
+    rounds = {r.round: r for r in run.rounds}
+    assert rounds[2].attempts == 2 and rounds[2].participants == rounds[1].participants - 1
+    assert np.isfinite(run.state).all()
+
+
+def test_workers_refuse_unsafe_rounds() -> None:
+    worker = MaskingWorker(0, min_participants=3)
+    worker.setup({"type": "setup", "session": b"s" * 16})
+    others = [MaskingWorker(i) for i in (1, 2)]
+    keys = [worker.setup({"session": b"s" * 16})["public_key"]]
+    keys += [o.setup({"session": b"s" * 16})["public_key"] for o in others]
+    worker.set_keys(
+        {
+            "key_owners": [0, 1, 2],
+            "public_keys": np.frombuffer(b"".join(keys), np.uint8).reshape(3, 32),
+        }
+    )
+    codes = np.zeros(4, dtype=np.uint64)
+    worker.protect(codes, 1, 0, [0, 1, 2])
+    with pytest.raises(ProtocolError, match="reuse"):
+        worker.protect(codes, 1, 0, [0, 1, 2])
+    with pytest.raises(ProtocolError, match="at least 3"):
+        worker.protect(codes, 2, 0, [0, 1])
+    with pytest.raises(ProtocolError, match="No pair key"):
+        worker.protect(codes, 3, 0, [0, 1, 7])
+
+
+def test_pairwise_masks_cancel_exactly() -> None:
+    session = b"x" * 16
+    parties = [MaskingWorker(i) for i in range(5)]
+    keys = np.frombuffer(
+        b"".join(p.setup({"session": session})["public_key"] for p in parties), np.uint8
+    ).reshape(5, 32)
+    for p in parties:
+        p.set_keys({"key_owners": list(range(5)), "public_keys": keys})
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 2**63, size=(5, 50), dtype=np.uint64)
+    total = np.zeros(50, dtype=np.uint64)
+    for p, c in zip(parties, codes, strict=True):
+        total += p.protect(c, 1, 0, list(range(5)))["masked"]
+    expected = np.zeros(50, dtype=np.uint64)
+    for c in codes:
+        expected += c
+    np.testing.assert_array_equal(total, expected)
+
+
+def test_bad_parameters_are_clear(duchenne: privtd.Answers, emotion: privtd.Answers) -> None:
+    with pytest.raises(ValidationError, match="needs the public answer range"):
+        SecureEM().fit(emotion)
+    with pytest.raises(ValidationError, match="outside the public range"):
+        SecureEM(value_range=(0.0, 10.0)).fit(emotion)
+    with pytest.raises(ValidationError, match="does not fit categorical"):
+        SecureEM(model="real").fit(duchenne)
+    with pytest.raises(ValidationError, match="Unknown backend"):
+        SecureEM(backend="rot13").fit(duchenne)
+    with pytest.raises(ValidationError, match="binary model needs exactly 2"):
+        SecureEM(model="binary").fit(privtd.datasets.load("dog").answers)
+    tiny = privtd.Answers.from_frame(
+        pd.DataFrame({"task": [1, 1, 2], "worker": ["a", "b", "a"], "answer": [0, 1, 1]})
+    )
+    with pytest.raises(ValidationError, match="at least 3 workers"):
+        SecureEM().fit(tiny)
+    with pytest.raises(ValidationError, match="fraction_bits=60"):
+        SecureEM(fraction_bits=60).fit(duchenne)
+    with pytest.raises(ValidationError, match="Unknown model"):
+        ModelSpec("ternary", 3)
+
+
+# ------------------------------------------------------------------ across processes
+def test_processes_give_the_in_process_result(emotion: privtd.Answers) -> None:
+    answers = first_tasks(emotion, 200)
+    kwargs = {"value_range": (-100.0, 100.0)}
+    apart = SecureEM(processes=True, **kwargs).fit(answers)  # type: ignore[arg-type]
+    together = SecureEM(**kwargs).fit(answers)  # type: ignore[arg-type]
+    assert apart.n_iter_ == together.n_iter_
+    np.testing.assert_allclose(apart.truths_, together.truths_, rtol=0, atol=1e-12)
+    # Same messages; only the reported compute time in each reply header differs in length.
+    sent = apart.rounds_.worker_bytes_sent.sum(), together.rounds_.worker_bytes_sent.sum()
+    assert abs(sent[0] - sent[1]) < 1e-3 * sent[1]
+
+
+def test_a_killed_worker_process_is_dropped(duchenne: privtd.Answers) -> None:
+    answers = first_tasks(duchenne, 100)
+    held = split_by_worker(answers)
+    transport = SocketTransport(held, timeout=30)
+    victim = transport.processes[0]
+
+    def kill_at_round_two(stats: object) -> None:
+        if getattr(stats, "round", 0) == 1 and victim.is_alive():
+            victim.kill()
+            victim.join()
+
+    spec = SecureEM().spec_for(answers)
+    requester = Requester(spec, transport, max_iter=4, on_round=kill_at_round_two)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        run = requester.run()
+    assert run.dropped == [sorted(held)[0]]
+    assert {r.round: r.attempts for r in run.rounds}[2] == 2
