@@ -710,7 +710,8 @@ def secure_em_cmd(
         err=True,
     )
     if not output:
-        click.echo(estimator.truths_.rename_axis("task").reset_index().to_csv(index=False), nl=False)
+        table = estimator.truths_.rename_axis("task").reset_index()
+        click.echo(table.to_csv(index=False), nl=False)
 
 
 @cli.command("reproduce")

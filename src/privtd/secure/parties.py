@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
