@@ -356,3 +356,32 @@ def test_attack_command(tmp_path, capsys):
     assert code == 0 and result["n_answers"] == answers.n_answers
     assert result["best"] >= result["as_reported"] and 0 <= result["chance"] <= 1
     assert result["claimed"] == "epsilon=0.2 per answer"
+
+
+def test_secure_em_command(dog, tmp_path, capsys):
+    answers = pd.read_csv(dog / "answers.csv")
+    small = tmp_path / "small.csv"
+    answers[answers.task.isin(answers.task.unique()[:80])].to_csv(small, index=False)
+    out, rounds = tmp_path / "t.csv", tmp_path / "r.csv"
+    code, _, err = run(
+        ["secure-em", str(small), "--backend", "masking", "-o", str(out)]
+        + ["--rounds-output", str(rounds)],
+        capsys,
+    )
+    assert code == 0, err
+    assert "secure-em (multiclass, masking)" in err and "round    1 em" in err
+    truths = pd.read_csv(out)
+    assert list(truths.columns) == ["task", "truth"] and len(truths) == 80
+    cost = pd.read_csv(rounds)
+    assert {"requester_bytes_sent", "worker_bytes_sent", "seconds"} <= set(cost.columns)
+    # Numeric answers need the public range; a bad backend is a usage error.
+    numeric = tmp_path / "numeric.csv"
+    pd.DataFrame(
+        {"task": [1, 1, 1, 2, 2, 2], "worker": list("abcabc"), "answer": [1.0, 2, 3, 4, 5, 6]}
+    ).to_csv(numeric, index=False)
+    code, _, err = run(["secure-em", str(numeric)], capsys)
+    assert code == 2 and "needs the public answer range" in err and "Traceback" not in err
+    code, out_text, err = run(["secure-em", str(numeric), "--value-range", "0", "10", "-q"], capsys)
+    assert code == 0 and out_text.startswith("task,truth")
+    code, _, err = run(["secure-em", str(small), "--backend", "rot13"], capsys)
+    assert code != 0 and "Traceback" not in err
