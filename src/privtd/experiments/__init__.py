@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import bigdata18, icdcs20, kdd18, ladp
+from . import bigdata18, dmkd14, icdcs20, kdd18, ladp
 
-__all__ = ["bigdata18", "icdcs20", "kdd18", "ladp"]
+__all__ = ["bigdata18", "dmkd14", "icdcs20", "kdd18", "ladp"]
