@@ -12,7 +12,7 @@ from privtd import METHODS, NotFittedError, SchemaError, ValidationError, make_e
 from privtd.datasets import make_categorical, make_numeric
 from privtd.errors import ConvergenceWarning
 
-CATEGORICAL = ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc", "private-ds"]
+CATEGORICAL = ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "aware-one-coin", "lc", "private-ds"]
 NUMERIC = ["crh", "catd", "gtm", "raykar", "sigma", "mean", "median"]
 BINARY_ONLY = {"lc", "private-ds"}
 CASES = [(m, "categorical") for m in CATEGORICAL] + [(m, "numeric") for m in NUMERIC]

@@ -18,6 +18,7 @@ from .latent_class import LatentClass
 from .majority_vote import MajorityVote
 from .mean_median import Mean, Median
 from .one_coin_dawid_skene import OneCoinDawidSkene
+from .perturbation_aware import AwareOneCoin
 from .private_dawid_skene import PrivateDawidSkene
 from .raykar import Raykar
 from .weighted_average import WeightedAverage
@@ -32,6 +33,7 @@ __all__ = [
     "GTM",
     "DawidSkene",
     "OneCoinDawidSkene",
+    "AwareOneCoin",
     "LatentClass",
     "Raykar",
     "WeightedAverage",
@@ -50,6 +52,7 @@ METHODS: dict[str, type[Estimator]] = {
     "gtm": GTM,
     "ds": DawidSkene,
     "one-coin-ds": OneCoinDawidSkene,
+    "aware-one-coin": AwareOneCoin,
     "lc": LatentClass,
     "raykar": Raykar,
     "sigma": WeightedAverage,

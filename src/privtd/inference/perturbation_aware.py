@@ -121,10 +121,14 @@ class AwareOneCoin(Estimator):
         name = type(self).__name__
         _check_float(name, "prior_weight", self.prior_weight, 0.0, 1.0, low_open=True)
         if not isinstance(self.grid, int) or self.grid < 3:
-            raise ValidationError(f"The 'grid' parameter of {name} must be an int >= 3. Got {self.grid!r}.")
+            raise ValidationError(
+                f"The 'grid' parameter of {name} must be an int >= 3. Got {self.grid!r}."
+            )
         alpha, beta = self.start
         if not (alpha > 0 and beta > 0):
-            raise ValidationError(f"The 'start' parameter of {name} must be two positive numbers. Got {self.start!r}.")
+            raise ValidationError(
+                f"The 'start' parameter of {name} must be two positive numbers. Got {self.start!r}."
+            )
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
@@ -154,10 +158,14 @@ class AwareOneCoin(Estimator):
         post = np.empty(0)
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            post = self._worker_posteriors(matches, counts, g, log_h, log_right_grid, log_wrong_grid)
+            post = self._worker_posteriors(
+                matches, counts, g, log_h, log_right_grid, log_wrong_grid
+            )
             log_right = post @ log_right_grid
             log_wrong = post @ log_wrong_grid
-            g = (1.0 - self.prior_weight) * post.reshape(n_w, self.grid, -1).sum(axis=2).mean(axis=0)
+            g = (1.0 - self.prior_weight) * post.reshape(n_w, self.grid, -1).sum(axis=2).mean(
+                axis=0
+            )
             g += self.prior_weight * g0
             mu, matches, prior_sum, loglik = _kernels.one_coin_step(
                 layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels

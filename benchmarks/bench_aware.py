@@ -1,0 +1,72 @@
+"""Perturbation-aware inference against majority vote and Dawid-Skene (issue 7's first target).
+
+    python benchmarks/bench_aware.py            # 200,000 tasks, 1,000 workers, 5 answers per task
+
+Answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
+response at epsilon per answer. Besides the estimators, ``oracle`` is the weighted vote with every
+worker's true observed accuracy: the Bayes rule for this model, an upper bound on what any
+estimator can reach on this data. One trial per setting: with 200,000 tasks the standard error of
+an accuracy is at most 0.0011.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+
+import privtd
+from privtd.inference import AwareOneCoin, DawidSkene, MajorityVote, OneCoinDawidSkene
+from privtd.mechanisms import OneLayerRR
+
+
+def oracle(perturbed: privtd.Answers, accuracy: np.ndarray, mech: OneLayerRR) -> np.ndarray:
+    k = mech.n_labels
+    observed = accuracy * (1 - mech.f) + (1 - accuracy) * mech.f / (k - 1)
+    weight = np.log(observed * (k - 1) / (1 - observed))
+    votes = np.zeros((perturbed.n_tasks, k))
+    np.add.at(votes, (perturbed.task, perturbed.value), weight[perturbed.worker])
+    return np.asarray(perturbed.labels)[votes.argmax(axis=1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", type=int, default=200_000)
+    parser.add_argument("--workers", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+    print("K  eps     mv      ds  one-coin  aware  oracle | aware-max(mv,ds)  time aware/one-coin")
+    for k in (2, 5):
+        answers, truth, info = privtd.datasets.make_categorical(
+            args.tasks, args.workers, k, answers_per_task=5, rng=args.seed
+        )
+        for eps in (0.5, 1.0, 2.0, 4.0):
+            mech = OneLayerRR.from_epsilon(eps, k)
+            perturbed = mech.perturb(answers, rng=args.seed + 1)
+            truth_by_task = truth.reindex(perturbed.tasks).to_numpy()
+            scores, seconds = {}, {}
+            for name, est in (
+                ("mv", MajorityVote()),
+                ("ds", DawidSkene()),
+                ("one-coin", OneCoinDawidSkene()),
+                ("aware", AwareOneCoin(mech)),
+            ):
+                start = time.perf_counter()
+                est.fit(perturbed)
+                seconds[name] = time.perf_counter() - start
+                scores[name] = float((est.truths_.to_numpy() == truth_by_task).mean())
+            best = (oracle(perturbed, info["accuracy"], mech) == truth_by_task).mean()
+            gain = scores["aware"] - max(scores["mv"], scores["ds"])
+            print(
+                f"{k}  {eps:3.1f}  {scores['mv']:.4f}  {scores['ds']:.4f}  {scores['one-coin']:.4f}"
+                f"  {scores['aware']:.4f}  {best:.4f} | {gain:+.4f}  "
+                f"{seconds['aware']:.2f} s / {seconds['one-coin']:.2f} s",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
