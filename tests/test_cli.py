@@ -240,6 +240,19 @@ def test_perturb_then_infer(tmp_path, capsys):
     assert again.read_text() == out.read_text()
     code, _, _ = run(["infer", str(out), "-m", "wv", "-o", str(tmp_path / "t.csv")], capsys)
     assert code == 0
+    # Told the mechanism, infer models its channel (the perturbation-aware estimator).
+    aware = tmp_path / "aware.csv"
+    code, _, err = run(["infer", str(out), "-M", "two-layer", "-e", "1", "-o", str(aware)], capsys)
+    assert code == 0 and err.startswith("aware-one-coin:"), err
+    assert len(pd.read_csv(aware)) == original.task.nunique()
+    laplace = ["-M", "laplace", "-e", "1", "--mechanism-param", "low=0"]
+    laplace += ["--mechanism-param", "high=1"]
+    code, _, err = run(["infer", str(out), *laplace, "-o", str(aware)], capsys)
+    assert code == 2 and "No perturbation-aware estimator" in err
+    code, _, err = run(["infer", str(out), "-e", "1", "-o", str(aware)], capsys)
+    assert code == 2 and "need --mechanism" in err
+    code, _, err = run(["infer", str(out), "-o", str(aware)], capsys)
+    assert code == 2 and "Pass --method" in err
 
 
 def test_epsilon_command(capsys):

@@ -161,7 +161,9 @@ def test_dmkd14_secure_equals_plain_and_costs_are_measured():
     assert (table.plain == table.secure).all() or np.allclose(table.plain, table.secure, atol=1e-9)
     assert (table.same_truths == 1.0).all()
     assert (table.iterations_plain == table.iterations_secure).all()
-    costs = dmkd14.cost((("masking", 8, 100), ("masking", 16, 100), ("paillier", 8, 50)), key_bits=512)
+    costs = dmkd14.cost(
+        (("masking", 8, 100), ("masking", 16, 100), ("paillier", 8, 50)), key_bits=512
+    )
     assert list(costs.workers) == [8, 16, 8]
     # Each worker sends a value per task and sum whatever it answered: bytes grow with workers.
     assert costs.workers_mb[1] > 1.9 * costs.workers_mb[0]

@@ -128,7 +128,23 @@ def cli() -> None:
 @cli.command()
 @click.argument("answers", type=click.Path(dir_okay=False))
 @click.option(
-    "--method", "-m", required=True, type=click.Choice(list(METHODS)), help="Inference method."
+    "--method",
+    "-m",
+    type=click.Choice(list(METHODS)),
+    help="Inference method (default with --mechanism: the perturbation-aware one).",
+)
+@click.option(
+    "--mechanism",
+    "-M",
+    type=click.Choice(list(MECHANISMS)),
+    help="The local mechanism that perturbed ANSWERS; its channel enters the inference.",
+)
+@click.option("--epsilon", "-e", type=float, help="The mechanism's epsilon per answer.")
+@click.option(
+    "--mechanism-param",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="The mechanism's public parameters, repeatable (e.g. --mechanism-param f=0.3).",
 )
 @click.option(
     "--output",
@@ -211,7 +227,10 @@ def cli() -> None:
 )
 def infer(
     answers: str,
-    method: str,
+    method: str | None,
+    mechanism: str | None,
+    epsilon: float | None,
+    mechanism_param: tuple[str, ...],
     output: str,
     workers_output: str | None,
     probas_output: str | None,
@@ -244,7 +263,23 @@ def infer(
     )
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
-    estimator = make_estimator(method, **_parse_params(param))
+    params = _parse_params(param)
+    if mechanism is not None:
+        mech = make_mechanism(mechanism, epsilon, **_parse_params(mechanism_param))
+        if method is None:
+            if mechanism not in ("one-layer", "two-layer", "binary-rr"):
+                raise ValidationError(
+                    f"No perturbation-aware estimator for the {mechanism} mechanism yet; "
+                    "pass --method to pick one."
+                )
+            method = "aware-one-coin"
+        if method == "aware-one-coin":
+            params["mechanism"] = mech
+    elif epsilon is not None or mechanism_param:
+        raise ValidationError("--epsilon and --mechanism-param need --mechanism.")
+    if method is None:
+        raise ValidationError("Pass --method, or --mechanism to use the perturbation-aware one.")
+    estimator = make_estimator(method, **params)
     gold_series = _read_truth_csv(gold) if gold else None
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()

@@ -57,7 +57,8 @@ def flip_law(mechanism: Any, n_labels: int, n_points: int = 32) -> tuple[np.ndar
     expected = getattr(mechanism, "n_labels", n_labels)
     if expected != n_labels:
         raise ValidationError(
-            f"The mechanism was built for {expected} labels; these answers have {n_labels}."
+            f"The mechanism was built for {expected} labels; these answers have {n_labels}. "
+            f"Build it with n_labels={n_labels} (CLI: --mechanism-param n_labels={n_labels})."
         )
     if isinstance(mechanism, OneLayerRR):
         return np.array([float(mechanism.f)]), np.ones(1)
