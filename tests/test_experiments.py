@@ -168,3 +168,23 @@ def test_dmkd14_secure_equals_plain_and_costs_are_measured():
     # Each worker sends a value per task and sum whatever it answered: bytes grow with workers.
     assert costs.workers_mb[1] > 1.9 * costs.workers_mb[0]
     assert (costs.seconds > 0).all()
+
+
+def test_reproduce_all_writes_every_experiment_and_the_report(tmp_path, monkeypatch, capsys):
+    from privtd.experiments import dmkd14, runner
+
+    monkeypatch.setattr(runner, "DEFAULT_TRIALS", dict.fromkeys(runner.EXPERIMENTS, 2))
+    monkeypatch.setattr(dmkd14, "DATASETS", {"emotion": dmkd14.DATASETS["emotion"]})
+    monkeypatch.setattr(dmkd14, "COST_SETTINGS", (("masking", 8, 100),))
+    main(["reproduce", "all", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    report = (tmp_path / "report.md").read_text()
+    for experiment in runner.EXPERIMENTS:
+        assert (tmp_path / experiment / "table.csv").exists()
+        assert f"## {experiment}:" in report
+        assert f"{experiment}:" in out
+    assert (tmp_path / "bigdata18" / "checks.md").exists()
+    assert "| claim | ours | verdict |" in report
+    # Every verdict is one of the three words, bold in the report.
+    verdicts = {line.rsplit("|", 2)[-2].strip() for line in report.splitlines() if "**" in line}
+    assert verdicts <= {"**reproduced**", "**in trend**", "**differs**"}

@@ -751,7 +751,7 @@ def secure_em_cmd(
 
 @cli.command("reproduce")
 @click.argument(
-    "experiment", type=click.Choice(["kdd18", "icdcs20", "bigdata18", "ladp", "dmkd14"])
+    "experiment", type=click.Choice(["kdd18", "icdcs20", "bigdata18", "ladp", "dmkd14", "all"])
 )
 @click.option(
     "--dataset",
@@ -765,111 +765,70 @@ def secure_em_cmd(
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the trials.")
 @click.option("--jobs", type=int, help="kdd18: worker processes (default: every core).")
 @click.option(
+    "--size",
+    type=click.Choice(["small", "large"]),
+    default="small",
+    show_default=True,
+    help="bigdata18: 2,000 x 200 (Figs 2-3) or 10,000 x 1,000 (Fig 4, sparsity sweep only).",
+)
+@click.option("--mf-dim", type=int, default=10, show_default=True, help="bigdata18: MF's d.")
+@click.option(
     "--out",
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
-    help="Folder for table.csv, table.md, run.json and figures.",
+    help="Folder for table.csv, table.md, run.json, checks.md and figures ('all': one each).",
 )
 def reproduce(
-    experiment: str, dataset: str, trials: int | None, seed: int, jobs: int | None, out_dir: str
+    experiment: str,
+    dataset: str,
+    trials: int | None,
+    seed: int,
+    jobs: int | None,
+    size: str,
+    mf_dim: int,
+    out_dir: str,
 ) -> None:
-    """Run one of the papers' experiments and write its table, figures and run record."""
-    from .experiments import bigdata18, icdcs20, kdd18, ladp, report
+    """Run one of the papers' experiments (or all, with the fidelity report) and write its
+    tables, figures, checks and run record."""
+    from .experiments import report, runner
 
     out = Path(out_dir)
-    if experiment == "dmkd14":
-        _reproduce_dmkd14(out, seed)
-        return
-    if trials is None:
-        trials = {"icdcs20": 50, "bigdata18": 5}.get(experiment, 100)
-    if experiment == "kdd18":
-        steps = len(kdd18.EPSILONS) * len(kdd18.MECHANISMS) * trials
-    elif experiment == "icdcs20":
-        steps = 7 * len(icdcs20.NOISE_LEVELS) * trials
-    elif experiment == "bigdata18":
-        steps = (2 * len(bigdata18.EPSILONS) + 2 * len(bigdata18.SPARSITIES)) * trials
-    else:
-        steps = 2 * 2 * len(ladp.EPSILONS) * trials
-    with click.progressbar(length=steps, label=f"{experiment}", file=sys.stderr) as bar:
-        if experiment == "kdd18":
-            table, facts = kdd18.run(
-                dataset, trials=trials, seed=seed, progress=bar.update, jobs=jobs
-            )
-        elif experiment == "icdcs20":
-            table, facts = icdcs20.run(trials=trials, seed=seed, progress=bar.update)
-        elif experiment == "bigdata18":
-            table, facts = bigdata18.run(trials=trials, seed=seed, progress=bar.update)
-        else:
-            table, facts = ladp.run(trials=trials, seed=seed, progress=bar.update)
-    facts["experiment"] = experiment
-    written = report.write(
-        out, table, facts, f"{experiment}: {dataset if experiment == 'kdd18' else 'synthetic'}"
-    )
-    figure = None
-    if experiment == "kdd18":
-        if dataset == "duchenne":
-            written += report.write(
-                out, kdd18.compare_with_paper(table), facts, "Ours against P0 Table 3", "vs_paper"
-            )
-        cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
-        figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
-        fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
-        written += report.write(
+    if experiment == "all":
+        outcomes, path = runner.run_all(
             out,
-            fig2,
-            facts,
-            "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)",
-            "figure2",
+            seed=seed,
+            progress=lambda name, done, total: click.echo(
+                f"\r{name}: {done}/{total}", nl=False, err=True
+            ),
         )
-        dist = kdd18.error_change_distribution(seed=seed)
-        written += report.write(
-            out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
+        click.echo("", err=True)
+        for o in outcomes:
+            verdicts = ", ".join(c["verdict"] for c in o.checks)
+            click.echo(f"{o.experiment}: {o.facts.get('seconds')} s; checks: {verdicts}")
+        click.echo(f"wrote {path}")
+        return
+    large = size == "large"
+    n_trials = runner.DEFAULT_TRIALS[experiment] if trials is None else trials
+    with click.progressbar(
+        length=runner.steps(experiment, n_trials, large), label=experiment, file=sys.stderr
+    ) as bar:
+        outcome = runner.run(
+            experiment,
+            out,
+            dataset=dataset,
+            trials=trials,
+            seed=seed,
+            jobs=jobs,
+            large=large,
+            mf_dim=mf_dim,
+            progress=bar.update,
         )
-        shown = table[["epsilon", *cols]]
-    elif experiment == "bigdata18":
-        real = bigdata18.real(trials=trials, seed=seed)
-        written += report.write(out, real, facts, "bigdata18: Web and AdultContent", "real")
-        shown = table.drop(columns=[c for c in table.columns if c.endswith("_se")])
-    elif experiment == "icdcs20":
-        real = icdcs20.real(trials=max(2, trials // 5), seed=seed)
-        written += report.write(out, real, facts, "icdcs20: emotion (numeric)", "real")
-        shown = table[
-            [
-                "figure",
-                "users",
-                "error_rate",
-                "noise_level",
-                "epsilon_report",
-                "avg_noise",
-                "mae",
-                "mae_theory",
-            ]
-        ]
-    else:
-        real = ladp.real(trials=max(2, trials // 5), seed=seed)
-        written += report.write(out, real, facts, "ladp: binary real datasets", "real")
-        shown = table.drop(columns=[c for c in table.columns if c.endswith("_se")])
-    click.echo(report.markdown_table(shown))
-    click.echo(
-        f"{facts['seconds']} s; wrote {', '.join(dict.fromkeys(str(p) for p in written))}"
-        + (f", {figure}" if figure else "")
-    )
-
-
-def _reproduce_dmkd14(out: Path, seed: int) -> None:
-    """P2 needs the secure extra and has no trials: its randomness is only in the keys."""
-    from .experiments import dmkd14, report
-
-    steps = len(dmkd14.DATASETS) + len(dmkd14.COST_SETTINGS)
-    with click.progressbar(length=steps, label="dmkd14", file=sys.stderr) as bar:
-        table, costs, facts = dmkd14.run(seed=seed, progress=bar.update)
-    facts["experiment"] = "dmkd14"
-    written = report.write(out, table, facts, "dmkd14: secure against plain EM")
-    written += report.write(out, costs, facts, "dmkd14: cost per EM iteration", "cost")
-    click.echo(report.markdown_table(table.drop(columns=["backend", "answers"])))
-    click.echo(report.markdown_table(costs))
-    click.echo(f"{facts['seconds']} s; wrote {', '.join(dict.fromkeys(str(p) for p in written))}")
+    click.echo(report.markdown_table(outcome.shown))
+    for check in outcome.checks:
+        click.echo(f"[{check['verdict']}] {check['claim']}: {check['ours']}")
+    written = ", ".join(dict.fromkeys(str(p) for p in outcome.written))
+    click.echo(f"{outcome.facts['seconds']} s; wrote {written}")
 
 
 @cli.command("epsilon")

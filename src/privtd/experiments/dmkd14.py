@@ -47,7 +47,7 @@ def _score(truths: pd.Series, gold: pd.Series, model: str) -> float:
 
 
 def accuracy(
-    names: tuple[str, ...] = tuple(DATASETS),
+    names: tuple[str, ...] | None = None,
     backend: str = "masking",
     progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
@@ -56,7 +56,7 @@ def accuracy(
     from ..secure import SecureEM
 
     rows = []
-    for name in names:
+    for name in tuple(DATASETS) if names is None else names:
         model, value_range = DATASETS[name]
         answers, gold = datasets.load(name)
         started = time.perf_counter()
@@ -163,9 +163,29 @@ def run(
     facts = {
         "seed": seed,
         "datasets": list(DATASETS),
+        "cost_settings_note": "per EM iteration, synthetic binary crowds, 5 answers per task",
         "fraction_bits": 40,
         "paillier_key_bits": 2048,
         "cost_settings": [list(s) for s in COST_SETTINGS],
         "seconds": round(time.perf_counter() - start, 2),
     }
     return table, costs, facts
+
+
+def figures(out: Any, costs: pd.DataFrame) -> list[Any]:
+    """Time per EM iteration against the number of workers (1,000 tasks), one panel per
+    backend: the workers' summed compute, the slowest worker, and the requester."""
+    from .report import plot_panels
+
+    part = costs[costs.tasks == 1000]
+    path = plot_panels(
+        out,
+        part,
+        ["backend"],
+        "workers",
+        ["seconds", "worker_seconds_max", "requester_seconds"],
+        "seconds per iteration",
+        "cost_vs_workers.png",
+        True,
+    )
+    return [path] if path is not None else []

@@ -46,6 +46,7 @@ def _setting(
 ) -> dict[str, float]:
     rate = error_rate / noise_level
     mae, noise, seconds = np.empty(trials), np.empty(trials), np.empty(trials)
+    seconds_original = np.empty(trials)
     for k, s in enumerate(seed.spawn(trials)):
         rng = np.random.default_rng(s)
         answers, _, _ = datasets.make_numeric(objects, users, error_rate=error_rate, rng=rng)
@@ -56,7 +57,10 @@ def _setting(
         start = time.perf_counter()
         after = _fit(method, perturbed)
         seconds[k] = time.perf_counter() - start
-        mae[k] = np.abs(after - _fit(method, answers)).mean()
+        start = time.perf_counter()
+        before = _fit(method, answers)
+        seconds_original[k] = time.perf_counter() - start
+        mae[k] = np.abs(after - before).mean()
         noise[k] = np.abs(perturbed.value - answers.value).mean()
     delta = lemma47_sensitivity(error_rate)
     g = (noise_level - 1) / math.log(noise_level) if noise_level != 1 else 1.0
@@ -72,6 +76,7 @@ def _setting(
         "mae_se": float(mae.std(ddof=1) / math.sqrt(trials)),
         "mae_theory": math.sqrt(2 * g / (math.pi * users * error_rate)),
         "seconds_per_fit": float(seconds.mean()),
+        "seconds_original": float(seconds_original.mean()),
     }
 
 
@@ -155,3 +160,38 @@ def real(
             }
         )
     return pd.DataFrame(rows)
+
+
+def figures(out: Any, table: pd.DataFrame) -> list[Any]:
+    """P1's Figs 2-5 (MAE against the noise level, one series per lambda1 or number of users)
+    and Fig 8 (running time on original and perturbed claims against the noise level)."""
+    from .report import plot_panels
+
+    wide = []
+    for figure, part in table.groupby("figure", sort=False):
+        if figure == "fig3_lambda1":
+            series = part.error_rate.map(lambda v: f"lambda1={v:g}")
+        elif figure == "fig4_users":
+            series = part.users.map(lambda v: f"users={v}")
+        else:
+            series = pd.Series("mae", index=part.index)
+        for label, rows in part.groupby(series, sort=False):
+            for _, row in rows.iterrows():
+                wide.append({"panel": figure, "noise_level": row.noise_level, str(label): row.mae})
+    frame = pd.DataFrame(wide).groupby(["panel", "noise_level"], sort=False).first().reset_index()
+    cols = [c for c in frame.columns if c not in ("panel", "noise_level")]
+    timing = table[table.figure == "fig2_crh"].assign(panel="fig8_time")
+    made = [
+        plot_panels(out, frame, ["panel"], "noise_level", cols, "MAE", "figs2to5_mae.png", True),
+        plot_panels(
+            out,
+            timing,
+            ["panel"],
+            "noise_level",
+            ["seconds_original", "seconds_per_fit"],
+            "seconds per CRH fit",
+            "fig8_time.png",
+            True,
+        ),
+    ]
+    return [p for p in made if p is not None]

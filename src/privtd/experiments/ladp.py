@@ -146,3 +146,31 @@ def real(
             }
         )
     return pd.DataFrame(rows)
+
+
+def figures(out: Any, table: pd.DataFrame) -> list[Any]:
+    """Error of private MV and private DS against epsilon, and private DS's ability error
+    against Theorem 3's bound, one panel per (setting, n)."""
+    from .report import plot_panels
+
+    made = [
+        plot_panels(
+            out,
+            table,
+            ["setting", "n"],
+            "epsilon",
+            ["private_mv", "private_ds"],
+            "error rate",
+            "error_vs_epsilon.png",
+        ),
+        plot_panels(
+            out,
+            table,
+            ["setting", "n"],
+            "epsilon",
+            ["ability_error", "theorem3_bound"],
+            "ability error",
+            "ability_vs_bound.png",
+        ),
+    ]
+    return [p for p in made if p is not None]

@@ -62,3 +62,49 @@ def plot_lines(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_panels(
+    out: Path,
+    table: pd.DataFrame,
+    panels: list[str],
+    x: str,
+    columns: list[str],
+    ylabel: str,
+    name: str,
+    logx: bool = False,
+) -> Path | None:
+    """One panel per distinct value of the ``panels`` columns, each with ``columns`` against
+    ``x`` (with ``{col}_se`` error bars where present), as the papers lay out their figures;
+    None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    groups = list(table.groupby(panels, sort=False))
+    if not groups:
+        return None
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
+    for ax, (key, part) in zip(axes[0], groups, strict=True):
+        part = part.sort_values(x)
+        for col in columns:
+            if col not in part or part[col].isna().all():
+                continue
+            se = part.get(f"{col}_se")
+            ax.errorbar(part[x], part[col], yerr=se, marker="o", ms=3, capsize=2, label=col)
+        keys = key if isinstance(key, tuple) else (key,)
+        ax.set_title(", ".join(f"{p}={k}" for p, k in zip(panels, keys, strict=True)), fontsize=9)
+        ax.set_xlabel(x)
+        if logx:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path = out / name
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
