@@ -99,10 +99,15 @@ def plot_panels(
         ax.set_title(", ".join(f"{p}={k}" for p, k in zip(panels, keys, strict=True)), fontsize=9)
         ax.set_xlabel(x)
         if logx:
+            from matplotlib.ticker import NullFormatter
+
+            ticks = sorted(part[x].unique())
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     axes[0][0].set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     path = out / name
     fig.savefig(path, dpi=120)

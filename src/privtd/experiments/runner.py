@@ -73,7 +73,10 @@ def run(
         written += report.write(out, costs, facts, "dmkd14: cost per EM iteration", "cost")
         written += dmkd14.figures(out, costs)
         shown = table.drop(columns=["backend", "answers"])
-        return Outcome(experiment, facts, shown, written, checks.dmkd14(table))
+        verdicts = checks.dmkd14(table)
+        atomic_write_text(out / "checks.md", "# dmkd14: checks\n\n" + checks.markdown(verdicts))
+        written.append(out / "checks.md")
+        return Outcome(experiment, facts, shown, list(dict.fromkeys(written)), verdicts)
     if experiment == "kdd18":
         table, facts = kdd18.run(dataset, trials=trials, seed=seed, progress=progress, jobs=jobs)
     elif experiment == "icdcs20":
@@ -142,7 +145,7 @@ def run(
     if found:
         atomic_write_text(out / "checks.md", f"# {experiment}: checks\n\n" + checks.markdown(found))
         written.append(out / "checks.md")
-    return Outcome(experiment, facts, shown, written, found)
+    return Outcome(experiment, facts, shown, list(dict.fromkeys(written)), found)
 
 
 def run_all(
