@@ -264,3 +264,40 @@ def product_density(a: np.ndarray, b: float, n: int) -> np.ndarray:
     out = np.zeros_like(a)
     out[inside] = np.log(b**n / a[inside]) ** (n - 1) / (math.factorial(n - 1) * b**n)
     return out
+
+
+def figures(out: Any, fig2: pd.DataFrame, dist: pd.DataFrame) -> list[Any]:
+    """P0's Figure 2 as bars (each worker's weight before and after perturbation, with the flip
+    probability it drew) and SPEC B0.4's error-change term against the number of workers."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    from .report import plot_panels
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = np.arange(len(fig2))
+    ax.bar(x - 0.2, fig2.weight_before, 0.4, label="before")
+    ax.bar(x + 0.2, fig2.weight_after, 0.4, label="after (two-layer)")
+    ax.set_xticks(x, [f"{w[:6]}\nf_u={f:.2f}" for w, f in zip(fig2.worker, fig2.f_u, strict=True)])
+    ax.set_ylabel("truth-discovery weight")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "figure2.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    made = [path]
+    dist_plot = plot_panels(
+        out,
+        dist,
+        ["b"],
+        "n",
+        ["one_layer", "mean", "median"],
+        "error-change term",
+        "error_change.png",
+    )
+    return made + ([dist_plot] if dist_plot is not None else [])

@@ -110,6 +110,7 @@ def run(
         written += report.write(
             out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
         )
+        written += kdd18.figures(out, fig2, dist)
         shown = table[["epsilon", *cols]]
         found = checks.kdd18(table, vs_paper)
     elif experiment == "bigdata18":

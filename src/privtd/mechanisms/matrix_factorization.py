@@ -118,6 +118,7 @@ class MFPerturbation(ScoreDomain):
     ) -> np.ndarray:
         """Each worker's released row ``u^T V``, solving the workers in blocks of equal shape."""
         v = np.asarray(self.profiles, dtype=float)
+        rows_of_v = np.ascontiguousarray(v.T)  # task -> its profile, gathered row by row
         n_w = eta.shape[0]
         order = np.lexsort((task, worker))
         worker, task, value = worker[order], task[order], value[order]
@@ -135,18 +136,33 @@ class MFPerturbation(ScoreDomain):
             pos = start[lo:hi, None] + np.arange(t_max)[None, :]
             idx[live] = task[pos[live]]
             val[live] = value[pos[live]]
-            vt = v[:, idx].transpose(1, 0, 2) * live[:, None, :]  # (c, d, t_max)
-            gram = vt @ vt.transpose(0, 2, 1)
-            rhs = np.einsum("cdt,ct->cd", vt, val) - eta[lo:hi]
-            out[lo:hi] = self._solve(gram, rhs) @ v
+            x = rows_of_v[idx] * live[:, :, None]  # (c, t_max, d)
+            gram = x.transpose(0, 2, 1) @ x
+            rhs = np.einsum("ctd,ct->cd", x, val) - eta[lo:hi]
+            out[lo:hi] = self._solve(gram, rhs, counts[lo:hi]) @ v
         return out
 
-    def _solve(self, gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    def _solve(self, gram: np.ndarray, rhs: np.ndarray, counts: np.ndarray) -> np.ndarray:
         if self.solver == "ridge":
             eye = np.eye(gram.shape[1]) * self.ridge
             return np.linalg.solve(gram + eye, rhs[..., None])[..., 0]
         if self.solver == "lstsq":
-            return (np.linalg.pinv(gram, hermitian=True) @ rhs[..., None])[..., 0]
+            # A worker with at least d answers has a full-rank Gram matrix (the profiles are
+            # continuous draws), where the minimum-norm solution is the plain solve, 20 times
+            # cheaper than a pseudo-inverse; the rest (and a block with a singular one) use pinv.
+            d = gram.shape[1]
+            out = np.empty_like(rhs)
+            full = counts >= d
+            if full.any():
+                try:
+                    out[full] = np.linalg.solve(gram[full], rhs[full][..., None])[..., 0]
+                except np.linalg.LinAlgError:  # an exactly singular one: pinv for the block
+                    full[:] = False
+            rest = ~full
+            if rest.any():
+                pinv = np.linalg.pinv(gram[rest], hermitian=True)
+                out[rest] = (pinv @ rhs[rest][..., None])[..., 0]
+            return out
         # Gradient descent on L(u) = u^T G u - 2 u^T rhs (+ const), step 1 / (2 trace G).
         step = 0.5 / np.maximum(np.trace(gram, axis1=1, axis2=2), 1e-12)[:, None]
         u = np.zeros_like(rhs)
