@@ -178,7 +178,12 @@ def real(
             for s in cell_seed.spawn(trials)
         ]
         frame = pd.DataFrame(results)
-        rows.append({"dataset": name, "epsilon": eps, **frame.mean().to_dict()})
+        row = {"dataset": name, "epsilon": eps, "domain_mid": (low + high) / 2}
+        for col in frame.columns:
+            row[col] = float(frame[col].mean())
+            if col in MECHANISMS:
+                row[f"{col}_se"] = float(frame[col].std(ddof=1) / math.sqrt(trials))
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

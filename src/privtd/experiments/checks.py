@@ -241,14 +241,18 @@ def bigdata18(table: pd.DataFrame, real: pd.DataFrame | None) -> list[Check]:
                     drop > 0.1,
                 )
             )
+        # P3's domain is 0..4, so "towards 2" is towards the domain's middle; our copies' domains
+        # differ (Web 1..5), so the middle is taken per dataset.
+        mid = real["domain_mid"] if "domain_mid" in real else 2.0
         pulls = []
         for name in ("lp", "rr", "two_layer"):
-            moved = (real[f"mean_{name}"] - 2).abs() < (real["mean_original"] - 2).abs()
+            moved = (real[f"mean_{name}"] - mid).abs() < (real["mean_original"] - mid).abs()
             pulls.append(float(moved.mean()))
         out.append(
             _check(
-                "On real data LP, RR and 2-layer pull the truths towards 2",
-                "share of settings where the mean truth moves towards 2: "
+                "On real data LP, RR and 2-layer pull the truths towards the domain's middle "
+                "(2 for 0..4)",
+                "share of settings where the mean truth moves towards the middle: "
                 f"LP {pulls[0]:.0%}, RR {pulls[1]:.0%}, 2-layer {pulls[2]:.0%}",
                 min(pulls) >= 0.9,
                 min(pulls) >= 0.5,

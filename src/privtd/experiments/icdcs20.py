@@ -156,6 +156,7 @@ def real(
                 "avg_noise": float(np.mean(noise)),
                 "mae_vs_original": float(np.mean(mae)),
                 "mae_vs_truth": float(np.mean(mae_truth)),
+                "mae_vs_truth_se": float(np.std(mae_truth, ddof=1) / math.sqrt(len(mae_truth))),
                 "mae_vs_truth_clean": float(np.abs(before[gold] - truth).mean()),
             }
         )

@@ -142,7 +142,9 @@ def real(
                 "dataset": name,
                 "epsilon": eps,
                 "private_mv": float(np.mean(mv_err)),
+                "private_mv_se": float(np.std(mv_err, ddof=1) / math.sqrt(trials)),
                 "private_ds": float(np.mean(ds_err)),
+                "private_ds_se": float(np.std(ds_err, ddof=1) / math.sqrt(trials)),
             }
         )
     return pd.DataFrame(rows)
