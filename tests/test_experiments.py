@@ -171,9 +171,21 @@ def test_dmkd14_secure_equals_plain_and_costs_are_measured():
 
 
 def test_reproduce_all_writes_every_experiment_and_the_report(tmp_path, monkeypatch, capsys):
-    from privtd.experiments import dmkd14, runner
+    import functools
+
+    from privtd.experiments import bigdata18, dmkd14, icdcs20, ladp, runner
 
     monkeypatch.setattr(runner, "DEFAULT_TRIALS", dict.fromkeys(runner.EXPERIMENTS, 2))
+    # Fewer settings: this checks the plumbing; each experiment has its own tests.
+    for module, name, kwargs in (
+        (kdd18, "run", {"epsilons": (1.0, 0.0), "jobs": 1}),
+        (icdcs20, "run", {"noise_levels": (1.0, 2.0)}),
+        (bigdata18, "run", {"epsilons": (1.0, 3.0, 5.0), "sparsities": (0.5, 0.9)}),
+        (bigdata18, "real", {"names": ("web",), "epsilons": (3.0, 5.0)}),
+        (ladp, "run", {"epsilons": (2.0, 4.0)}),
+        (ladp, "real", {"names": ("duchenne",), "epsilons": (4.0,)}),
+    ):
+        monkeypatch.setattr(module, name, functools.partial(getattr(module, name), **kwargs))
     monkeypatch.setattr(dmkd14, "DATASETS", {"emotion": dmkd14.DATASETS["emotion"]})
     monkeypatch.setattr(dmkd14, "COST_SETTINGS", (("masking", 8, 100),))
     main(["reproduce", "all", "--out", str(tmp_path)])
