@@ -40,7 +40,7 @@ from scipy.special import logsumexp
 from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
-from ._base import Estimator, Gold, _check_float
+from ._base import Estimator, Gold, _check_choice, _check_float
 from .dawid_skene import EPS, gold_array, soft_majority
 
 _FLOOR = 1e-12
@@ -88,6 +88,10 @@ class AwareOneCoin(Estimator):
         Share of the starting accuracy distribution kept in ``G`` at each update.
     start : (alpha, beta), default (2, 1)
         Beta law of the starting accuracy distribution: most workers better than chance.
+    class_prior : {"uniform", "learned"}, default "uniform"
+        "learned" updates the class prior each iteration, as Dawid-Skene does; with one-coin
+        workers it can collapse onto one class (on Duchenne to 0.998, predicting every task 0),
+        so the default keeps it uniform.
     max_iter : int, default 100
     tol : float, default 1e-5
         On the change in the log-likelihood per answer (as :class:`DawidSkene`), computed with
@@ -107,6 +111,7 @@ class AwareOneCoin(Estimator):
         grid: int = 101,
         prior_weight: float = 0.3,
         start: tuple[float, float] = (2.0, 1.0),
+        class_prior: str = "uniform",
         max_iter: int = 100,
         tol: float = 1e-5,
     ) -> None:
@@ -114,6 +119,7 @@ class AwareOneCoin(Estimator):
         self.grid = grid
         self.prior_weight = prior_weight
         self.start = start
+        self.class_prior = class_prior
         self.max_iter = max_iter
         self.tol = tol
 
@@ -121,6 +127,7 @@ class AwareOneCoin(Estimator):
         super()._validate_params()
         name = type(self).__name__
         _check_float(name, "prior_weight", self.prior_weight, 0.0, 1.0, low_open=True)
+        _check_choice(name, "class_prior", self.class_prior, ("uniform", "learned"))
         if not isinstance(self.grid, int) or self.grid < 3:
             raise ValidationError(
                 f"The 'grid' parameter of {name} must be an int >= 3. Got {self.grid!r}."
@@ -151,7 +158,7 @@ class AwareOneCoin(Estimator):
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
         mu = soft_majority(answers, gold)
-        prior = mu.mean(axis=0)
+        prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
         matches = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w)
         objective: list[float] = []
         converged = False
@@ -172,7 +179,8 @@ class AwareOneCoin(Estimator):
                 layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
             )
             objective.append(loglik / answers.n_answers)
-            prior = prior_sum / n_t
+            if self.class_prior == "learned":
+                prior = prior_sum / n_t
             if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
                 converged = True
                 break
