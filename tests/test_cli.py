@@ -398,3 +398,18 @@ def test_secure_em_command(dog, tmp_path, capsys):
     assert code == 0 and out_text.startswith("task,truth")
     code, _, err = run(["secure-em", str(small), "--backend", "rot13"], capsys)
     assert code != 0 and "Traceback" not in err
+
+
+def test_a_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
+    from privtd.secure import masking
+
+    monkeypatch.setattr(masking, "HAVE_CRYPTOGRAPHY", False)
+    answers = tmp_path / "a.csv"
+    pd.DataFrame({"task": [1, 1, 1], "worker": list("abc"), "answer": [0, 1, 1]}).to_csv(
+        answers, index=False
+    )
+    code, _, err = run(["secure-em", str(answers)], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "privtd: error: The masking secure sum needs cryptography: pip install 'privtd[secure]'."
+    )

@@ -875,6 +875,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except PrivtdError as exc:
         _fail(str(exc))
+    except ImportError as exc:
+        if "pip install" not in str(exc):  # not a missing extra: a bug, handled below
+            if os.environ.get("PRIVTD_DEBUG"):
+                raise
+            _fail(f"internal error (ImportError: {exc}); please report it")
+        _fail(str(exc))  # an optional extra is missing; the message names the install line
     except (OSError, pd.errors.ParserError) as exc:
         _fail(f"{type(exc).__name__}: {exc}")
     except MemoryError:

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - the extra is installed in tests
 
 
 def _require() -> None:
-    if not HAVE_CRYPTOGRAPHY:  # pragma: no cover
+    if not HAVE_CRYPTOGRAPHY:
         raise ImportError(
             "The masking secure sum needs cryptography: pip install 'privtd[secure]'."
         )
