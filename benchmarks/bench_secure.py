@@ -142,7 +142,7 @@ def fraction_bits(args: argparse.Namespace) -> None:
 
 def paillier_full(args: argparse.Namespace) -> None:
     """Paillier to convergence on whole datasets, one process per worker, against plain EM."""
-    from privtd.experiments.dmkd14 import DATASETS, GAMMA, _plain
+    from privtd.experiments.dmkd14 import DATASETS, GAMMA, _plain, agreement
 
     for name in args.datasets:
         model, value_range = DATASETS[name]
@@ -158,12 +158,7 @@ def paillier_full(args: argparse.Namespace) -> None:
             gamma=GAMMA,
         ).fit(answers)
         elapsed = time.perf_counter() - start
-        if model == "real":
-            diff = np.abs(est.truths_.to_numpy() - plain.truths_.to_numpy()).max()
-            same = float(np.mean(np.abs(est.truths_ - plain.truths_) < 1e-6))
-        else:
-            diff = np.abs(est.probas_.to_numpy() - plain.probas_.to_numpy()).max()
-            same = float((est.truths_ == plain.truths_).mean())
+        same, diff = agreement(est, plain, model)
         summary(f"{name} ({model}), paillier {args.key_bits}-bit, processes", est, elapsed)
         print(
             f"  iterations {est.n_iter_} (plain {plain.n_iter_}), same truths {same:.4f}, "

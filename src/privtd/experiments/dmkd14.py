@@ -46,6 +46,16 @@ def _score(truths: pd.Series, gold: pd.Series, model: str) -> float:
     return float((truths[gold.index].to_numpy() == gold.to_numpy()).mean())
 
 
+def agreement(secure: Any, plain: Any, model: str) -> tuple[float, float]:
+    """Share of tasks with the same truth (within 1e-6 for real answers), and the largest
+    difference of a posterior (a truth, for real answers) between a secure and a plain fit."""
+    if model == "real":
+        gap = np.abs(secure.truths_.to_numpy() - plain.truths_.to_numpy())
+        return float(np.mean(gap < 1e-6)), float(gap.max())
+    same = float((secure.truths_ == plain.truths_).mean())
+    return same, float(np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max())
+
+
 def accuracy(
     names: tuple[str, ...] | None = None,
     backend: str = "masking",
@@ -65,13 +75,7 @@ def accuracy(
         started = time.perf_counter()
         secure = SecureEM(model, backend, value_range=value_range, gamma=GAMMA).fit(answers)
         secure_seconds = time.perf_counter() - started
-        if model == "real":
-            diff = np.abs(secure.truths_.to_numpy() - plain.truths_.to_numpy()).max()
-            same = float(np.mean(np.abs(secure.truths_ - plain.truths_) < 1e-6))
-        else:
-            assert secure.probas_ is not None and plain.probas_ is not None
-            diff = np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max()
-            same = float((secure.truths_ == plain.truths_).mean())
+        same, diff = agreement(secure, plain, model)
         em = secure.rounds_[secure.rounds_.phase == "em"]
         rows.append(
             {
@@ -85,7 +89,7 @@ def accuracy(
                 "plain": _score(plain.truths_, gold, model),
                 "secure": _score(secure.truths_, gold, model),
                 "same_truths": same,
-                "max_difference": float(diff),
+                "max_difference": diff,
                 "iterations_plain": plain.n_iter_,
                 "iterations_secure": secure.n_iter_,
                 "seconds_plain": round(plain_seconds, 3),

@@ -19,6 +19,7 @@ The start is itself a secure sum: of votes (categorical) or of answers and count
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -112,7 +113,7 @@ class ModelSpec:
 
 
 # ------------------------------------------------------------------ the worker's half
-class LocalModel:
+class LocalModel(ABC):
     """One worker's private answers and parameters; nothing here leaves the worker in the clear."""
 
     def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
@@ -127,17 +128,17 @@ class LocalModel:
         self.tasks = tasks
         self.values = np.asarray(values)
 
+    @abstractmethod
     def start(self) -> np.ndarray:
         """Contribution to the sums that start EM (votes, or answers and counts)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def update(self, state: np.ndarray) -> None:
         """Local M-step from the broadcast posteriors (or truths)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def contribution(self) -> np.ndarray:
         """Contribution ``(n_tasks, n_sums)`` to this round's secure sums."""
-        raise NotImplementedError
 
     def _dense(self, rows: np.ndarray) -> np.ndarray:
         out = np.zeros((self.spec.n_tasks, rows.shape[1]))
@@ -230,7 +231,7 @@ LOCAL_MODELS: dict[str, type[LocalModel]] = {
 
 # ------------------------------------------------------------------ the requester's half
 @dataclass
-class AggregateModel:
+class AggregateModel(ABC):
     """What the requester computes from the sums: the state it broadcasts and when to stop.
 
     ``tol`` is the plain estimator's: the largest change of a posterior (binary), the change of
@@ -256,12 +257,13 @@ class AggregateModel:
         self.n_answers = int(np.rint(counts).sum())
         return self._start(sums)
 
+    @abstractmethod
     def step(self, sums: np.ndarray, n_parties: int) -> bool:
         """Update the state from one round's sums; True once the stopping rule holds."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _start(self, sums: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The first state from the start sums, checked and counted by ``start``."""
 
     @staticmethod
     def _check(sums: np.ndarray, low: float, high: float, what: str) -> None:

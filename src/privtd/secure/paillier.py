@@ -63,7 +63,6 @@ class Packing:
                 f"A {n.bit_length()}-bit Paillier key is too short to hold one slot."
             )
         self.plain_bytes = self.slots * self.slot_bytes
-        self.limit = n_parties * (2 * self.offset - 1)
 
     def n_plaintexts(self, n_values: int) -> int:
         return -(-n_values // self.slots)

@@ -18,6 +18,7 @@ never sees a single answer, even at the start.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -155,7 +156,7 @@ class RoundStats:
     worker_bytes_sent: int
 
 
-class Transport:
+class Transport(ABC):
     """Requester-side channels to the workers; each call sends one frame per worker and
     returns each worker's reply frame, or None for a worker that dropped out."""
 
@@ -163,10 +164,11 @@ class Transport:
     bytes_sent: int
     bytes_received: int
 
+    @abstractmethod
     def call(self, requests: dict[int, bytes]) -> dict[int, bytes | None]:
-        raise NotImplementedError
+        """One frame to each worker; each reply frame, or None for a worker that dropped out."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: in-process channels hold nothing
         """Release the channels."""
 
 
@@ -361,7 +363,6 @@ class Requester:
             for worker, reply in replies.items():
                 if reply.get("round") != round_ or reply.get("attempt") != attempt:
                     raise ProtocolError(f"Worker {worker} answered for another round or attempt.")
-            worker_seconds = list(self._worker_seconds)
             combine_started = time.perf_counter()
             codes = self.aggregator.combine(replies, n_values, self._decrypt)
             sums = fixed_point.decode(codes, self.fraction_bits).reshape(self.spec.n_tasks, -1)
@@ -373,7 +374,7 @@ class Requester:
                     participants=len(self.active),
                     seconds=time.perf_counter() - started,
                     requester_seconds=time.perf_counter() - combine_started,
-                    worker_seconds_max=max(worker_seconds, default=0.0),
+                    worker_seconds_max=max(self._worker_seconds, default=0.0),
                     worker_seconds_total=float(sum(self._worker_seconds)),
                     requester_bytes_sent=self.transport.bytes_sent - sent,
                     worker_bytes_sent=self.transport.bytes_received - received,
