@@ -299,6 +299,11 @@ def test_perturb_numeric(tmp_path, capsys):
     )
     assert code == 0 and "epsilon=2 per report" in err
     assert json.loads(report.read_text())["parameters"]["rate"] == pytest.approx(4 / (2 * 200**2))
+    # Told the mechanism, infer picks the perturbation-aware Gaussian model.
+    told = ["-M", "exp-gaussian", "-e", "2", "--mechanism-param", "low=-100"]
+    told += ["--mechanism-param", "high=100", "-o", str(tmp_path / "t.csv")]
+    code, _, err = run(["infer", str(out), *told], capsys)
+    assert code == 0 and err.startswith("aware-gaussian:"), err
     code, _, err = run(
         [
             "perturb",

@@ -13,7 +13,7 @@ from privtd.datasets import make_categorical, make_numeric
 from privtd.errors import ConvergenceWarning
 
 CATEGORICAL = ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "aware-one-coin", "lc", "private-ds"]
-NUMERIC = ["crh", "catd", "gtm", "raykar", "sigma", "mean", "median"]
+NUMERIC = ["crh", "catd", "gtm", "aware-gaussian", "raykar", "sigma", "mean", "median"]
 BINARY_ONLY = {"lc", "private-ds"}
 CASES = [(m, "categorical") for m in CATEGORICAL] + [(m, "numeric") for m in NUMERIC]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ._base import Estimator
+from .aware_gaussian import AwareGaussian
 from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
@@ -34,6 +35,7 @@ __all__ = [
     "DawidSkene",
     "OneCoinDawidSkene",
     "AwareOneCoin",
+    "AwareGaussian",
     "LatentClass",
     "Raykar",
     "WeightedAverage",
@@ -41,6 +43,7 @@ __all__ = [
     "Median",
     "PrivateDawidSkene",
     "METHODS",
+    "AWARE_METHOD",
     "make_estimator",
 ]
 
@@ -53,12 +56,23 @@ METHODS: dict[str, type[Estimator]] = {
     "ds": DawidSkene,
     "one-coin-ds": OneCoinDawidSkene,
     "aware-one-coin": AwareOneCoin,
+    "aware-gaussian": AwareGaussian,
     "lc": LatentClass,
     "raykar": Raykar,
     "sigma": WeightedAverage,
     "mean": Mean,
     "median": Median,
     "private-ds": PrivateDawidSkene,
+}
+
+
+#: The perturbation-aware estimator for each mechanism that has one: what ``privtd infer
+#: --mechanism NAME`` picks when no method is given.
+AWARE_METHOD: dict[str, str] = {
+    "one-layer": "aware-one-coin",
+    "two-layer": "aware-one-coin",
+    "binary-rr": "aware-one-coin",
+    "exp-gaussian": "aware-gaussian",
 }
 
 
