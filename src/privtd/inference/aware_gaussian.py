@@ -29,6 +29,7 @@ import numpy as np
 
 from ..answers import Answers
 from ..errors import ValidationError
+from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
 from ._ops import SortedByTask
 
@@ -140,8 +141,13 @@ class AwareGaussian(Estimator):
         spread = float(np.median(resid[resid > 0])) if (resid > 0).any() else 1.0
         top = max(float(resid.max()), spread) * 100.0
         sigma2 = np.concatenate([[0.0], np.geomspace(spread * 1e-6, top, self.grid - 1)])
-        noise_top = law[1] if law[0] == "point" else 10.0 / law[1]
-        tau = np.geomspace(spread * 1e-6, top + noise_top, self.grid)
+        # Under the exponential law a total variance below its 1e-4 quantile has prior mass
+        # 1e-4 at most: the open first cell holds it, and the grid's points go where mass is.
+        if law[0] == "point":
+            noise_low = noise_top = law[1]
+        else:
+            noise_low, noise_top = 1e-4 / law[1], 10.0 / law[1]
+        tau = np.geomspace(max(spread * 1e-6, noise_low), top + noise_top, self.grid)
         conv = convolution_matrix(sigma2, tau, law)
         g0 = np.full(sigma2.size, 1.0 / sigma2.size)
         g = g0.copy()
@@ -152,12 +158,13 @@ class AwareGaussian(Estimator):
         converged = False
         n_iter = 0
         precision: np.ndarray = np.ones(n_t)
+        ones = np.ones(n_t)
         post = np.empty((n_w, tau.size))
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            sq = np.bincount(w, weights=(x - m[t]) ** 2, minlength=n_w)
-            if n_iter > 1:
-                sq += np.bincount(w, weights=1.0 / precision[t], minlength=n_w)
+            sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
+            if n_iter > 1:  # the truths' own uncertainty, E[(x - t)^2] = (x - m)^2 + 1 / P
+                sq += _kernels.worker_sum(w, t, 1.0 / precision, n_w)
             pi = g @ conv
             post, log_norm = variance_posterior(counts, sq, pi, tau)
             objective.append(float(log_norm.sum()) / answers.n_answers)
@@ -166,8 +173,8 @@ class AwareGaussian(Estimator):
             g /= g.sum()
 
             weight = post @ inv_tau
-            precision = np.bincount(t, weights=weight[w], minlength=n_t)
-            new = np.bincount(t, weights=weight[w] * x, minlength=n_t) / precision
+            total, precision = _kernels.weighted_task_sums(t, w, x, weight, n_t)
+            new = total / precision
             if gold is not None:
                 new[gold.index] = gold.value
             change = float(np.abs(new - m).max()) / scale
