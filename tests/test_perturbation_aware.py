@@ -111,6 +111,21 @@ def test_two_layer_at_epsilon_zero_inverts_flipping_workers() -> None:
     assert (fit.truths_ == truth).mean() > (mv.truths_ == truth).mean() + 0.1
 
 
+def test_two_labels_keep_the_orientation_in_which_most_workers_are_honest() -> None:
+    """Duchenne under two-layer RR at epsilon 0 (flips U(0, 1)): the model is symmetric under
+    swapping both labels and every worker's accuracy, and from the majority-vote start this seed
+    led EM towards the mirror image (47% agreement with majority vote). The fit must come back in
+    the orientation that agrees with majority vote."""
+    answers = privtd.datasets.load("duchenne").answers
+    mech = TwoLayerRR.from_epsilon(0.0)
+    perturbed = mech.perturb(answers, rng=101)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        fit = AwareOneCoin(mech).fit(perturbed)
+    mv = MajorityVote().fit(perturbed)
+    assert (fit.truths_ == mv.truths_).mean() > 0.5
+
+
 @pytest.mark.parametrize(("k", "eps"), [(5, 1.0), (5, 2.0), (2, 2.0)])
 def test_at_least_as_accurate_as_majority_vote_and_dawid_skene(k: int, eps: float) -> None:
     """Generalized RR on a one-coin crowd (20,000 tasks, 200 workers, 5 answers per task). The

@@ -151,19 +151,63 @@ class AwareOneCoin(Estimator):
         mid = np.clip(s, 0.5 / self.grid, 1 - 0.5 / self.grid)
         g0 = np.exp((alpha - 1) * np.log(mid) + (beta - 1) * np.log1p(-mid))
         g0 /= g0.sum()
-        g = g0.copy()
         log_h = np.log(flip_weight)
 
         counts = answers.worker_counts().astype(np.float64)
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
-        mu = soft_majority(answers, gold)
+        start_mu = soft_majority(answers, gold)
+        grids = (g0, log_h, log_right_grid, log_wrong_grid)
+        fit = self._em(answers, layout, counts, gold_labels, start_mu, grids)
+        if k == 2 and gold is None:
+            # With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every
+            # label swapped, every worker's accuracy A -> 1 - A) explain the reports almost
+            # equally well, and EM can land in either. Keep the orientation in which most
+            # workers tell the truth: the one that agrees with majority vote more.
+            majority = start_mu.argmax(axis=1)
+            agree = float((fit[0].argmax(axis=1) == majority).mean())
+            if agree < 0.5:
+                mirror = self._em(answers, layout, counts, gold_labels, fit[0][:, ::-1], grids)
+                if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
+                    fit = mirror
+        mu, matches, g, prior, n_iter, converged, objective = fit
+        post = self._worker_posteriors(matches, counts, g, log_h, log_right_grid, log_wrong_grid)
+        log_right, log_wrong = post @ log_right_grid, post @ log_wrong_grid
+        self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
+        self.accuracy_prior_ = pd.Series(g, index=pd.Index(s, name="accuracy"), name="weight")
+        self._set_results(
+            answers,
+            mu.argmax(axis=1),
+            proba=mu,
+            weight=post @ acc.ravel(),
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={
+                "accuracy": post.reshape(n_w, self.grid, -1).sum(axis=2) @ s,
+                "log_odds": log_right - log_wrong,
+            },
+        )
+
+    def _em(
+        self,
+        answers: Answers,
+        layout: _kernels.TaskLayout,
+        counts: np.ndarray,
+        gold_labels: np.ndarray,
+        mu: np.ndarray,
+        grids: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
+        """Variational EM from the task posteriors ``mu``; returns the posteriors, the expected
+        matches per worker, ``G``, the class prior, iterations, convergence and objective."""
+        g0, log_h, log_right_grid, log_wrong_grid = grids
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        g = g0.copy()
         prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
         matches = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w)
         objective: list[float] = []
         converged = False
         n_iter = 0
-        post = np.empty(0)
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             post = self._worker_posteriors(
@@ -184,23 +228,7 @@ class AwareOneCoin(Estimator):
             if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
                 converged = True
                 break
-        post = self._worker_posteriors(matches, counts, g, log_h, log_right_grid, log_wrong_grid)
-        log_right, log_wrong = post @ log_right_grid, post @ log_wrong_grid
-        self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
-        self.accuracy_prior_ = pd.Series(g, index=pd.Index(s, name="accuracy"), name="weight")
-        self._set_results(
-            answers,
-            mu.argmax(axis=1),
-            proba=mu,
-            weight=post @ acc.ravel(),
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
-            worker_columns={
-                "accuracy": post.reshape(n_w, self.grid, -1).sum(axis=2) @ s,
-                "log_odds": log_right - log_wrong,
-            },
-        )
+        return mu, matches, g, prior, n_iter, converged, objective
 
     @staticmethod
     def _worker_posteriors(
