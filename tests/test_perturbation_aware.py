@@ -12,7 +12,7 @@ import pytest
 import privtd
 from privtd.errors import ValidationError
 from privtd.inference import AwareOneCoin, DawidSkene, MajorityVote
-from privtd.inference.perturbation_aware import flip_law
+from privtd.inference.perturbation_aware import accuracy_cells, flip_law
 from privtd.mechanisms import ExpGaussian, OneLayerRR, TwoLayerRR
 
 
@@ -145,3 +145,27 @@ def test_at_least_as_accurate_as_majority_vote_and_dawid_skene(k: int, eps: floa
         }
     tolerance = 2 * np.sqrt(0.25 / 20_000)
     assert scores["aware"] >= max(scores["mv"], scores["ds"]) - tolerance, scores
+
+
+def test_accuracy_cells_push_the_flip_law_forward() -> None:
+    """Under a flip law the (s, f) grid is binned onto cells of observed accuracy. Each row of C
+    is a probability law; a worker's posterior expected log-accuracy on the cells matches the
+    exact enumeration over (s, f) to within the cell width's effect."""
+    k, s = 2, np.linspace(0.0, 1.0, 101)
+    flips, weights = flip_law(TwoLayerRR.from_epsilon(0.5), k)
+    centres, conv = accuracy_cells(s, flips, weights, k)
+    np.testing.assert_allclose(conv.sum(axis=1), 1.0)
+    g = np.clip(s, 0.005, 0.995)
+    g /= g.sum()
+    exact_acc = s[:, None] * (1 - flips) + (1 - s[:, None]) * flips
+    for matches, n in ((30.0, 40.0), (5.0, 40.0), (2.0, 3.0)):
+        log_a, log_b = np.log(exact_acc), np.log1p(-exact_acc)
+        logp = np.log(g)[:, None] + np.log(weights) + matches * log_a + (n - matches) * log_b
+        post = np.exp(logp - logp.max())
+        post /= post.sum()
+        exact = float((post * log_a).sum())
+        pi = g @ conv
+        binned = AwareOneCoin._worker_posteriors(
+            np.array([matches]), np.array([n]), pi, np.log(centres), np.log1p(-centres)
+        )[0]
+        assert binned @ np.log(centres) == pytest.approx(exact, abs=2e-3)

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import logsumexp
 
 from ..answers import Answers
 from ..errors import ValidationError
@@ -72,6 +71,30 @@ def flip_law(mechanism: Any, n_labels: int, n_points: int = 32) -> tuple[np.ndar
         f"AwareOneCoin models randomized response (one-layer, binary, two-layer); got "
         f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
     )
+
+
+def accuracy_cells(
+    s: np.ndarray, flips: np.ndarray, flip_weight: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The observed accuracies a worker can have, and ``C[i, c]``: the probability that a worker
+    of own accuracy ``s[i]`` has observed accuracy in cell ``c`` (over the flip law).
+
+    With one flip probability the cells are the ``A(s, f)`` themselves (``C`` is the identity).
+    With a flip law the ``(s, f)`` grid is pushed onto ``4 (len(s) - 1) + 1`` equal cells of
+    ``[0, 1]`` (width 1 / 400 at the default grid): the likelihood depends on ``(s, f)`` only
+    through ``A``, so the worker step costs ``cells`` per worker instead of ``len(s) x len(f)``.
+    """
+    acc = s[:, None] * (1.0 - flips) + (1.0 - s[:, None]) * flips / (k - 1)
+    if flips.size == 1:
+        return np.clip(acc[:, 0], _FLOOR, 1.0 - _FLOOR), np.eye(s.size)
+    n_cells = 4 * (s.size - 1) + 1
+    cell = np.rint(acc * (n_cells - 1)).astype(np.int64)
+    conv = np.zeros((s.size, n_cells))
+    np.add.at(
+        conv, (np.repeat(np.arange(s.size), flips.size), cell.ravel()), np.tile(flip_weight, s.size)
+    )
+    centres = np.clip(np.linspace(0.0, 1.0, n_cells), _FLOOR, 1.0 - _FLOOR)
+    return centres, conv
 
 
 class AwareOneCoin(Estimator):
@@ -139,25 +162,22 @@ class AwareOneCoin(Estimator):
             )
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        n_t, k = answers.n_tasks, answers.n_labels
         flips, flip_weight = flip_law(self.mechanism, k)
         s = np.linspace(0.0, 1.0, self.grid)
-        # Observed accuracy on the (s, f) grid, and the expected-log terms it feeds.
-        acc = s[:, None] * (1.0 - flips) + (1.0 - s[:, None]) * flips / (k - 1)
-        acc = np.clip(acc, _FLOOR, 1.0 - _FLOOR)
-        log_right_grid = np.log(acc).ravel()
-        log_wrong_grid = (np.log1p(-acc) - np.log(k - 1)).ravel()
+        acc, conv = accuracy_cells(s, flips, flip_weight, k)
+        log_right_grid = np.log(acc)
+        log_wrong_grid = np.log1p(-acc) - np.log(k - 1)
         alpha, beta = self.start
         mid = np.clip(s, 0.5 / self.grid, 1 - 0.5 / self.grid)
         g0 = np.exp((alpha - 1) * np.log(mid) + (beta - 1) * np.log1p(-mid))
         g0 /= g0.sum()
-        log_h = np.log(flip_weight)
 
         counts = answers.worker_counts().astype(np.float64)
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
         start_mu = soft_majority(answers, gold)
-        grids = (g0, log_h, log_right_grid, log_wrong_grid)
+        grids = (g0, conv, log_right_grid, log_wrong_grid)
         fit = self._em(answers, layout, counts, gold_labels, start_mu, grids)
         if k == 2 and gold is None:
             # With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every
@@ -171,20 +191,23 @@ class AwareOneCoin(Estimator):
                 if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
                     fit = mirror
         mu, matches, g, prior, n_iter, converged, objective = fit
-        post = self._worker_posteriors(matches, counts, g, log_h, log_right_grid, log_wrong_grid)
+        pi = g @ conv
+        post = self._worker_posteriors(matches, counts, pi, log_right_grid, log_wrong_grid)
         log_right, log_wrong = post @ log_right_grid, post @ log_wrong_grid
+        # A worker's own accuracy given its observed one: E[s | A-cell] = sum_s s G_s C / pi.
+        own = (s * g) @ conv / np.maximum(pi, 1e-300)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         self.accuracy_prior_ = pd.Series(g, index=pd.Index(s, name="accuracy"), name="weight")
         self._set_results(
             answers,
             mu.argmax(axis=1),
             proba=mu,
-            weight=post @ acc.ravel(),
+            weight=post @ acc,
             n_iter=n_iter,
             converged=converged,
             objective=objective,
             worker_columns={
-                "accuracy": post.reshape(n_w, self.grid, -1).sum(axis=2) @ s,
+                "accuracy": post @ own,
                 "log_odds": log_right - log_wrong,
             },
         )
@@ -200,7 +223,7 @@ class AwareOneCoin(Estimator):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
         """Variational EM from the task posteriors ``mu``; returns the posteriors, the expected
         matches per worker, ``G``, the class prior, iterations, convergence and objective."""
-        g0, log_h, log_right_grid, log_wrong_grid = grids
+        g0, conv, log_right_grid, log_wrong_grid = grids
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         g = g0.copy()
         prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
@@ -210,15 +233,14 @@ class AwareOneCoin(Estimator):
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            post = self._worker_posteriors(
-                matches, counts, g, log_h, log_right_grid, log_wrong_grid
-            )
+            pi = g @ conv
+            post = self._worker_posteriors(matches, counts, pi, log_right_grid, log_wrong_grid)
             log_right = post @ log_right_grid
             log_wrong = post @ log_wrong_grid
-            g = (1.0 - self.prior_weight) * post.reshape(n_w, self.grid, -1).sum(axis=2).mean(
-                axis=0
-            )
-            g += self.prior_weight * g0
+            # The mean of the workers' posteriors over s: each A-cell's mass split over the s
+            # that reach it in proportion to G_s C[s, cell].
+            ratio = post.mean(axis=0) / np.maximum(pi, 1e-300)
+            g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
             mu, matches, prior_sum, loglik = _kernels.one_coin_step(
                 layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
             )
@@ -234,14 +256,14 @@ class AwareOneCoin(Estimator):
     def _worker_posteriors(
         matches: np.ndarray,
         counts: np.ndarray,
-        g: np.ndarray,
-        log_h: np.ndarray,
+        pi: np.ndarray,
         log_right: np.ndarray,
         log_wrong: np.ndarray,
     ) -> np.ndarray:
-        """Each worker's posterior over the flattened (s, f) grid, shape (n_workers, S * F)."""
-        log_prior = (np.log(np.maximum(g, 1e-300))[:, None] + log_h[None, :]).ravel()
+        """Each worker's posterior over the observed-accuracy cells, shape (n_workers, cells)."""
         logp = matches[:, None] * log_right + (counts - matches)[:, None] * log_wrong
-        logp += log_prior
-        logp -= logsumexp(logp, axis=1, keepdims=True)
-        return np.exp(logp)
+        logp += np.log(np.maximum(pi, 1e-300))
+        logp -= logp.max(axis=1, keepdims=True)
+        post = np.exp(logp)
+        post /= post.sum(axis=1, keepdims=True)
+        return post
