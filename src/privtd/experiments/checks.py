@@ -62,6 +62,20 @@ def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
             better > len(table) / 2,
         )
     )
+    if "two_layer_aware_vs_td" in table:
+        # Issue 7's target, on the perturbed answers alone (the aware model's error against
+        # TD's clean error): at or below our TD, under each mechanism.
+        for mech in ("one_layer", "two_layer"):
+            better = int((table[f"{mech}_aware_vs_td"] <= table[f"{mech}_td"]).sum())
+            out.append(
+                _check(
+                    f"privtd, beyond the paper: under {mech.replace('_', '-')} RR the "
+                    "perturbation-aware model's error change is at or below TD's",
+                    f"{better} of {len(table)} epsilons",
+                    better == len(table),
+                    better > len(table) / 2,
+                )
+            )
     ordered = table.sort_values("epsilon", ascending=False)
     rising = np.mean(
         [

@@ -80,14 +80,14 @@ def accuracy_cells(
     of own accuracy ``s[i]`` has observed accuracy in cell ``c`` (over the flip law).
 
     With one flip probability the cells are the ``A(s, f)`` themselves (``C`` is the identity).
-    With a flip law the ``(s, f)`` grid is pushed onto ``4 (len(s) - 1) + 1`` equal cells of
-    ``[0, 1]`` (width 1 / 400 at the default grid): the likelihood depends on ``(s, f)`` only
+    With a flip law the ``(s, f)`` grid is pushed onto ``2 (len(s) - 1) + 1`` equal cells of
+    ``[0, 1]`` (width 1 / 200 at the default grid): the likelihood depends on ``(s, f)`` only
     through ``A``, so the worker step costs ``cells`` per worker instead of ``len(s) x len(f)``.
     """
     acc = s[:, None] * (1.0 - flips) + (1.0 - s[:, None]) * flips / (k - 1)
     if flips.size == 1:
         return np.clip(acc[:, 0], _FLOOR, 1.0 - _FLOOR), np.eye(s.size)
-    n_cells = 4 * (s.size - 1) + 1
+    n_cells = 2 * (s.size - 1) + 1
     cell = np.rint(acc * (n_cells - 1)).astype(np.int64)
     conv = np.zeros((s.size, n_cells))
     np.add.at(
