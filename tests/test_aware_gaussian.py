@@ -47,7 +47,7 @@ def test_worker_step_is_the_enumerated_posterior():
     truths = np.array([1.0, -2.0, 0.5])
     x = np.array([[1.3, -2.4, 0.2], [0.0, 1.0, 3.0]])
     sq = ((x - truths) ** 2).sum(axis=1)
-    post, log_norm = variance_posterior(np.full(2, 3.0), sq, pi, tau)
+    post, _, log_norm = variance_posterior(np.full(2, 3.0), sq, pi, tau, np.eye(tau.size))
     for u in range(2):
         joint = np.array(
             [pi[m] * np.prod(stats.norm.pdf(x[u], truths, math.sqrt(tau[m]))) for m in range(25)]

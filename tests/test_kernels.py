@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from privtd import ValidationError, datasets
-from privtd.inference import DawidSkene, OneCoinDawidSkene, WeightedVote, _kernels
+from privtd.inference import (
+    AwareGaussian,
+    AwareOneCoin,
+    DawidSkene,
+    OneCoinDawidSkene,
+    WeightedVote,
+    _kernels,
+)
+from privtd.mechanisms import ExpGaussian, TwoLayerRR
 
 
 def test_numba_is_installed_for_tests():
@@ -51,6 +59,25 @@ def test_backends_agree(cls, crowd, backend):
     np.testing.assert_allclose(a.probas_, b.probas_, atol=1e-9)
     np.testing.assert_allclose(a.weights_["weight"], b.weights_["weight"], rtol=1e-9)
     assert (b.truths_.loc[gold.index] == gold).all()
+
+
+def test_backends_agree_on_the_aware_models(backend):
+    # The worker step over a grid of cells: both backends, both aware models.
+    answers, _, _ = datasets.make_categorical(2000, 30, 2, answers_per_task=4, rng=9)
+    mech = TwoLayerRR.from_epsilon(0.5)
+    noisy = mech.perturb(answers, rng=10)
+    numeric, _, _ = datasets.make_numeric(40, 30, error_rate=1.0, rng=11)
+    gauss = ExpGaussian(1.0, float(numeric.value.min()), float(numeric.value.max()))
+    noisy_numeric = gauss.perturb(numeric, rng=12)
+    fitted = {}
+    for name in ("numpy", "numba"):
+        backend(name)
+        fitted[name] = (AwareOneCoin(mech).fit(noisy), AwareGaussian(gauss).fit(noisy_numeric))
+    for a, b in zip(fitted["numpy"], fitted["numba"], strict=True):
+        assert a.n_iter_ == b.n_iter_
+        np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
+        np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
+        np.testing.assert_allclose(a.truths_.to_numpy(float), b.truths_.to_numpy(float))
 
 
 def test_layout_sorts_only_when_needed():

@@ -171,6 +171,17 @@ def _fix_gold(mu: np.ndarray, gold: np.ndarray) -> None:
         mu[fixed, gold[fixed]] = 1.0
 
 
+def _grid_posterior_np(
+    coef: np.ndarray, basis: np.ndarray, log_prior: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    logp = coef @ basis.T + log_prior
+    top = logp.max(axis=1, keepdims=True)
+    post = np.exp(logp - top)
+    total = post.sum(axis=1, keepdims=True)
+    post /= total
+    return post @ targets, post.mean(axis=0), (top + np.log(total))[:, 0]
+
+
 # ---------------------------------------------------------------------- numba versions
 if numba is not None:
     # Module-level (not closures) so numba can cache the compiled code on disk.
@@ -207,6 +218,34 @@ if numba is not None:
         for i in range(t.shape[0]):
             out[t[i]] += worker_value[w[i]]
         return out
+
+    @_jit
+    def _grid_posterior_nb(coef, basis, log_prior, targets):
+        n_w, n_c, n_m = coef.shape[0], basis.shape[0], targets.shape[1]
+        expect = np.zeros((n_w, n_m))
+        mean_post = np.zeros(n_c)
+        log_norm = np.empty(n_w)
+        row = np.empty(n_c)
+        for u in range(n_w):
+            top = -np.inf
+            for c in range(n_c):
+                v = log_prior[c]
+                for j in range(coef.shape[1]):
+                    v += coef[u, j] * basis[c, j]
+                row[c] = v
+                if v > top:
+                    top = v
+            total = 0.0
+            for c in range(n_c):
+                row[c] = np.exp(row[c] - top)
+                total += row[c]
+            for c in range(n_c):
+                p = row[c] / total
+                mean_post[c] += p
+                for m in range(n_m):
+                    expect[u, m] += p * targets[c, m]
+            log_norm[u] = top + np.log(total)
+        return expect, mean_post / max(n_w, 1), log_norm
 
     @_jit
     def _softmax_loglik_nb(log_rho):
@@ -427,6 +466,7 @@ if numba is not None:
         "pick_sum": _pick_sum_nb,
         "worker_sum": _worker_sum_nb,
         "softmax_loglik": _softmax_loglik_nb,
+        "grid_posterior": _grid_posterior_nb,
     }
 
 _NUMPY: dict[str, Callable[..., Any]] = {
@@ -443,6 +483,7 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "pick_sum": _pick_sum_np,
     "worker_sum": _worker_sum_np,
     "softmax_loglik": _softmax_loglik_np,
+    "grid_posterior": _grid_posterior_np,
 }
 _backend = "numpy"
 
@@ -629,6 +670,21 @@ def weighted_task_sums(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per task, ``sum weight[w] * x`` and ``sum weight[w]``: a weighted mean's two halves."""
     return _kernel("weighted_task_sums")(t, w, x, np.ascontiguousarray(weight, dtype=float), n_t)
+
+
+def grid_posterior(
+    coef: np.ndarray, basis: np.ndarray, log_prior: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each worker's posterior over a grid of cells, ``log p[u, c] = log_prior[c] + sum_j
+    coef[u, j] basis[c, j]`` normalised, reduced without materialising it: per worker the
+    expectations of ``targets`` (cells x m), the posterior averaged over workers, and the log of
+    each worker's normaliser."""
+    return _kernel("grid_posterior")(
+        np.ascontiguousarray(coef, dtype=float),
+        np.ascontiguousarray(basis, dtype=float),
+        np.ascontiguousarray(log_prior, dtype=float),
+        np.ascontiguousarray(targets, dtype=float),
+    )
 
 
 def softmax_loglik(log_rho: np.ndarray) -> float:

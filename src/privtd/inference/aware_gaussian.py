@@ -64,19 +64,15 @@ def convolution_matrix(sigma2: np.ndarray, tau: np.ndarray, law: tuple[str, floa
 
 
 def variance_posterior(
-    counts: np.ndarray, sq: np.ndarray, pi: np.ndarray, tau: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    counts: np.ndarray, sq: np.ndarray, pi: np.ndarray, tau: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each worker's posterior over the ``tau`` grid given ``counts`` answers with expected
-    squared residuals ``sq``: ``∝ pi(tau) tau^(-n / 2) exp(-sq / (2 tau))``, and the log of its
-    normaliser (the worker's marginal likelihood, without the ``(2 pi)^(-n / 2)`` constant)."""
-    logp = np.log(np.maximum(pi, 1e-300))[None, :] - 0.5 * (
-        counts[:, None] * np.log(tau)[None, :] + sq[:, None] / tau[None, :]
-    )
-    top = logp.max(axis=1, keepdims=True)
-    post = np.exp(logp - top)
-    total = post.sum(axis=1, keepdims=True)
-    post /= total
-    return post, (top + np.log(total))[:, 0]
+    squared residuals ``sq``, ``∝ pi(tau) tau^(-n / 2) exp(-sq / (2 tau))``, reduced to the
+    expectations of ``targets`` (grid x m) per worker, the posterior averaged over workers, and
+    the log of each normaliser (the marginal likelihood without its ``(2 pi)^(-n / 2)``)."""
+    basis = np.column_stack([-0.5 * np.log(tau), -0.5 / tau])
+    log_prior = np.log(np.maximum(pi, 1e-300))
+    return _kernels.grid_posterior(np.column_stack([counts, sq]), basis, log_prior, targets)
 
 
 class AwareGaussian(Estimator):
@@ -159,20 +155,19 @@ class AwareGaussian(Estimator):
         n_iter = 0
         precision: np.ndarray = np.ones(n_t)
         ones = np.ones(n_t)
-        post = np.empty((n_w, tau.size))
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
             if n_iter > 1:  # the truths' own uncertainty, E[(x - t)^2] = (x - m)^2 + 1 / P
                 sq += _kernels.worker_sum(w, t, 1.0 / precision, n_w)
             pi = g @ conv
-            post, log_norm = variance_posterior(counts, sq, pi, tau)
+            expect, mean_post, log_norm = variance_posterior(counts, sq, pi, tau, inv_tau[:, None])
             objective.append(float(log_norm.sum()) / answers.n_answers)
-            ratio = post.mean(axis=0) / np.maximum(pi, 1e-300)
+            ratio = mean_post / np.maximum(pi, 1e-300)
             g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
             g /= g.sum()
 
-            weight = post @ inv_tau
+            weight = expect[:, 0]
             total, precision = _kernels.weighted_task_sums(t, w, x, weight, n_t)
             new = total / precision
             if gold is not None:
@@ -183,17 +178,22 @@ class AwareGaussian(Estimator):
                 converged = True
                 break
 
-        # The posterior over sigma^2 given tau: p(k | m) = G_k C[k, m] / pi_m.
+        # The workers' posteriors from the last truths (the loop updated G since), and the
+        # posterior over sigma^2 given tau: p(k | m) = G_k C[k, m] / pi_m.
+        sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
+        sq += _kernels.worker_sum(w, t, 1.0 / precision, n_w)
         pi = g @ conv
-        own = post @ ((sigma2 * g) @ conv / np.maximum(pi, 1e-300))
+        own_cell = (sigma2 * g) @ conv / np.maximum(pi, 1e-300)
+        targets = np.column_stack([inv_tau, tau, own_cell])
+        expect, _, _ = variance_posterior(counts, sq, pi, tau, targets)
         self.truth_sd_ = np.sqrt(1.0 / precision)
         self.variance_prior_ = g
         self._set_results(
             answers,
             m,
-            weight=post @ inv_tau,
+            weight=expect[:, 0],
             n_iter=n_iter,
             converged=converged,
             objective=objective,
-            worker_columns={"variance": post @ tau, "own_variance": own},
+            worker_columns={"variance": expect[:, 1], "own_variance": expect[:, 2]},
         )

@@ -177,7 +177,8 @@ class AwareOneCoin(Estimator):
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
         start_mu = soft_majority(answers, gold)
-        grids = (g0, conv, log_right_grid, log_wrong_grid)
+        basis = np.column_stack([log_right_grid, log_wrong_grid])
+        grids = (g0, conv, basis)
         fit = self._em(answers, layout, counts, gold_labels, start_mu, grids)
         if k == 2 and gold is None:
             # With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every
@@ -192,22 +193,23 @@ class AwareOneCoin(Estimator):
                     fit = mirror
         mu, matches, g, prior, n_iter, converged, objective = fit
         pi = g @ conv
-        post = self._worker_posteriors(matches, counts, pi, log_right_grid, log_wrong_grid)
-        log_right, log_wrong = post @ log_right_grid, post @ log_wrong_grid
         # A worker's own accuracy given its observed one: E[s | A-cell] = sum_s s G_s C / pi.
         own = (s * g) @ conv / np.maximum(pi, 1e-300)
+        targets = np.column_stack([basis, acc, own])
+        expect, _ = self._worker_step(matches, counts, pi, basis, targets)
+        log_right, log_wrong = expect[:, 0], expect[:, 1]
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         self.accuracy_prior_ = pd.Series(g, index=pd.Index(s, name="accuracy"), name="weight")
         self._set_results(
             answers,
             mu.argmax(axis=1),
             proba=mu,
-            weight=post @ acc,
+            weight=expect[:, 2],
             n_iter=n_iter,
             converged=converged,
             objective=objective,
             worker_columns={
-                "accuracy": post @ own,
+                "accuracy": expect[:, 3],
                 "log_odds": log_right - log_wrong,
             },
         )
@@ -219,11 +221,11 @@ class AwareOneCoin(Estimator):
         counts: np.ndarray,
         gold_labels: np.ndarray,
         mu: np.ndarray,
-        grids: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        grids: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
         """Variational EM from the task posteriors ``mu``; returns the posteriors, the expected
         matches per worker, ``G``, the class prior, iterations, convergence and objective."""
-        g0, conv, log_right_grid, log_wrong_grid = grids
+        g0, conv, basis = grids
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         g = g0.copy()
         prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
@@ -234,12 +236,11 @@ class AwareOneCoin(Estimator):
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             pi = g @ conv
-            post = self._worker_posteriors(matches, counts, pi, log_right_grid, log_wrong_grid)
-            log_right = post @ log_right_grid
-            log_wrong = post @ log_wrong_grid
+            expect, mean_post = self._worker_step(matches, counts, pi, basis, basis)
+            log_right, log_wrong = expect[:, 0], expect[:, 1]
             # The mean of the workers' posteriors over s: each A-cell's mass split over the s
             # that reach it in proportion to G_s C[s, cell].
-            ratio = post.mean(axis=0) / np.maximum(pi, 1e-300)
+            ratio = mean_post / np.maximum(pi, 1e-300)
             g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
             mu, matches, prior_sum, loglik = _kernels.one_coin_step(
                 layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
@@ -253,17 +254,17 @@ class AwareOneCoin(Estimator):
         return mu, matches, g, prior, n_iter, converged, objective
 
     @staticmethod
-    def _worker_posteriors(
+    def _worker_step(
         matches: np.ndarray,
         counts: np.ndarray,
         pi: np.ndarray,
-        log_right: np.ndarray,
-        log_wrong: np.ndarray,
-    ) -> np.ndarray:
-        """Each worker's posterior over the observed-accuracy cells, shape (n_workers, cells)."""
-        logp = matches[:, None] * log_right + (counts - matches)[:, None] * log_wrong
-        logp += np.log(np.maximum(pi, 1e-300))
-        logp -= logp.max(axis=1, keepdims=True)
-        post = np.exp(logp)
-        post /= post.sum(axis=1, keepdims=True)
-        return post
+        basis: np.ndarray,
+        targets: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each worker's posterior over the observed-accuracy cells, ``∝ pi A^m ((1 - A) /
+        (K - 1))^(n - m)`` (``basis`` holds the two logs per cell), reduced to the expectations
+        of ``targets`` per worker and the posterior averaged over workers."""
+        coef = np.column_stack([matches, counts - matches])
+        log_prior = np.log(np.maximum(pi, 1e-300))
+        expect, mean_post, _ = _kernels.grid_posterior(coef, basis, log_prior, targets)
+        return expect, mean_post
