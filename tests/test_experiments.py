@@ -113,6 +113,10 @@ def test_ladp_orderings():
         s = table[table["setting"] == setting].set_index("epsilon")
         assert s.loc[4.0, "private_ds"] < s.loc[1.0, "private_ds"]
         assert s.loc[1.0, "ability_error"] < s.loc[1.0, "theorem3_bound"]
+    # The aware column, on the uniform-ability crowd: within 3 standard errors of private DS.
+    uniform = table[table["setting"] == "uniform"]
+    margin = 3 * np.hypot(uniform["aware_se"], uniform["private_ds_se"]) + 1e-3
+    assert (uniform["aware"] <= uniform["private_ds"] + margin).all()
 
 
 def test_ladp_private_majority_ties_go_to_one():

@@ -127,6 +127,20 @@ def ladp(table: pd.DataFrame, theorem4_epsilon: float) -> list[Check]:
             any(falls),
         )
     )
+    if "aware" in table:
+        # Within two standard errors of the difference counts as level (both are means over
+        # the same number of trials).
+        margin = 2 * np.hypot(table.aware_se, table.private_ds_se)
+        level = int((table.aware <= np.minimum(table.private_ds, table.private_mv) + margin).sum())
+        out.append(
+            _check(
+                "privtd, beyond the paper: the perturbation-aware model is at least as accurate "
+                "as the better of private MV and private DS (within 2 standard errors)",
+                f"{level} of {len(table)} settings",
+                level == len(table),
+                level > len(table) / 2,
+            )
+        )
     return out
 
 

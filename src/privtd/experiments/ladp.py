@@ -3,7 +3,8 @@
 P4 has no experiments; these are SPEC B4.3's suggested synthetic tests plus the binary real
 datasets: every user answers every task, perturbs each answer with binary randomized response
 at epsilon, and the server runs private majority vote (ties count as 1, SPEC A1) or private
-Dawid-Skene (B4.2).
+Dawid-Skene (B4.2). Beside them, privtd's perturbation-aware one-coin model told the mechanism
+(``aware``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pandas as pd
 from .. import datasets
 from ..answers import Answers
 from ..errors import ConvergenceWarning, ValidationError
-from ..inference import PrivateDawidSkene
+from ..inference import AwareOneCoin, PrivateDawidSkene
 from ..mechanisms import BinaryRR
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -39,14 +40,21 @@ def private_majority(answers: Answers) -> np.ndarray:
     return (ones >= answers.task_counts() / 2).astype(np.int64)
 
 
+def _aware_codes(mech: BinaryRR, perturbed: Answers) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return AwareOneCoin(mech).fit(perturbed)._truth_codes
+
+
 def _trial(
     abilities: np.ndarray, m: int, eps: float, seed: np.random.SeedSequence
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     rng = np.random.default_rng(seed)
     answers, truth, _ = datasets.make_categorical(
         m, abilities.size, 2, answers_per_task=None, accuracy=abilities, rng=rng
     )
-    perturbed = BinaryRR.from_epsilon(eps).perturb(answers, rng=rng)
+    mech = BinaryRR.from_epsilon(eps)
+    perturbed = mech.perturb(answers, rng=rng)
     y = truth.to_numpy()
     pds = PrivateDawidSkene(epsilon=eps)
     with warnings.catch_warnings():  # P4 runs a fixed T = 50 steps; not converging is expected
@@ -57,6 +65,7 @@ def _trial(
         float((private_majority(perturbed) != y).mean()),
         float((pds._truth_codes != y).mean()),
         ability_error,
+        float((_aware_codes(mech, perturbed) != y).mean()),
     )
 
 
@@ -95,6 +104,8 @@ def run(
                 "private_mv_se": se[0],
                 "private_ds": out[:, 1].mean(),
                 "private_ds_se": se[1],
+                "aware": out[:, 3].mean(),
+                "aware_se": se[3],
                 "ability_error": out[:, 2].mean(),
                 "theorem3_bound": 6 * math.sqrt(math.log(tasks) / (tasks * eps**2)),
             }
@@ -119,7 +130,8 @@ def real(
     seed: int = 0,
     epsilons: tuple[float, ...] = EPSILONS,
 ) -> pd.DataFrame:
-    """Private MV against private DS on the binary real datasets (accuracy against truth)."""
+    """Private MV, private DS and the aware model on the binary real datasets (error against
+    the truth)."""
     rows = []
     root = np.random.SeedSequence(seed)
     cells = [(name, e) for name in names for e in epsilons]
@@ -127,16 +139,16 @@ def real(
         data = datasets.load(name)
         gold = data.answers.encode_tasks(data.truth.index, "truth")
         y = data.answers.encode_labels(pd.Index(data.truth.to_numpy()), "truth")
-        mv_err, ds_err = [], []
+        mv_err, ds_err, aware_err = [], [], []
+        mech = BinaryRR.from_epsilon(eps)
         for s in cell_seed.spawn(trials):
-            perturbed = BinaryRR.from_epsilon(eps).perturb(
-                data.answers, rng=np.random.default_rng(s)
-            )
+            perturbed = mech.perturb(data.answers, rng=np.random.default_rng(s))
             mv_err.append((private_majority(perturbed)[gold] != y).mean())
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 codes = PrivateDawidSkene(epsilon=eps).fit(perturbed)._truth_codes
             ds_err.append((codes[gold] != y).mean())
+            aware_err.append((_aware_codes(mech, perturbed)[gold] != y).mean())
         rows.append(
             {
                 "dataset": name,
@@ -145,13 +157,16 @@ def real(
                 "private_mv_se": float(np.std(mv_err, ddof=1) / math.sqrt(trials)),
                 "private_ds": float(np.mean(ds_err)),
                 "private_ds_se": float(np.std(ds_err, ddof=1) / math.sqrt(trials)),
+                "aware": float(np.mean(aware_err)),
+                "aware_se": float(np.std(aware_err, ddof=1) / math.sqrt(trials)),
             }
         )
     return pd.DataFrame(rows)
 
 
 def figures(out: Any, table: pd.DataFrame) -> list[Any]:
-    """Error of private MV and private DS against epsilon, and private DS's ability error
+    """Error of private MV, private DS and the aware model against epsilon, and private DS's
+    ability error
     against Theorem 3's bound, one panel per (setting, n)."""
     from .report import plot_panels
 
@@ -161,7 +176,7 @@ def figures(out: Any, table: pd.DataFrame) -> list[Any]:
             table,
             ["setting", "n"],
             "epsilon",
-            ["private_mv", "private_ds"],
+            ["private_mv", "private_ds", "aware"],
             "error rate",
             "error_vs_epsilon.png",
         ),
