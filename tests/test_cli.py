@@ -418,3 +418,19 @@ def test_a_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
     assert err.strip() == (
         "privtd: error: The masking secure sum needs cryptography: pip install 'privtd[secure]'."
     )
+
+
+def test_infer_told_krr_null_deconvolves(tmp_path, capsys):
+    run(["datasets", "export", "web", "-o", str(tmp_path / "w")], capsys)
+    out = tmp_path / "p.csv"
+    mech = ["-M", "krr-null", "-e", "3", "--mechanism-param", "low=1"]
+    mech += ["--mechanism-param", "high=5"]
+    code, _, err = run(
+        ["perturb", str(tmp_path / "w" / "answers.csv"), *mech, "--seed", "2", "-o", str(out)],
+        capsys,
+    )
+    assert code == 0, err
+    code, _, err = run(["infer", str(out), *mech, "-o", str(tmp_path / "t.csv")], capsys)
+    assert code == 0 and err.startswith("aware-null:"), err
+    truths = pd.read_csv(tmp_path / "t.csv")
+    assert len(truths) == 2665 and truths["truth"].between(1, 5).all()

@@ -25,7 +25,7 @@ from ._files import atomic_write_text
 from .answers import Answers
 from .errors import PrivtdError, ValidationError
 from .evaluation import evaluate
-from .inference import AWARE_METHOD, METHODS, make_estimator
+from .inference import AWARE_METHOD, METHODS, RELEASE_METHODS, make_estimator
 from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, task_profiles, worker_totals
 
 EXIT_ERROR = 2
@@ -130,7 +130,7 @@ def cli() -> None:
 @click.option(
     "--method",
     "-m",
-    type=click.Choice(list(METHODS)),
+    type=click.Choice([*METHODS, *RELEASE_METHODS]),
     help="Inference method (default with --mechanism: the perturbation-aware one).",
 )
 @click.option(
@@ -423,9 +423,12 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
 @click.option(
     "--param",
     "-p",
+    "--mechanism-param",
+    "param",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Mechanism parameter, repeatable (e.g. -p a=0.1; or -p f=0.3 without --epsilon).",
+    help="Mechanism parameter, repeatable (e.g. -p a=0.1; or -p f=0.3 without --epsilon); "
+    "--mechanism-param is the same, as infer spells it.",
 )
 @click.option("--seed", type=int, help="Integer seed (simulation). Without it: fresh OS entropy.")
 @click.option(
@@ -857,6 +860,98 @@ def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -
     click.echo(f"guarantee: {mech.guarantee}")
     if mech.guarantee.note:
         click.echo(f"note: {mech.guarantee.note}")
+
+
+# ---------------------------------------------------------------------- service
+def _service() -> Any:
+    try:
+        from . import service
+    except ImportError as exc:
+        raise ImportError(
+            f"The service needs its extra ({exc.name} is missing): pip install 'privtd[service]'."
+        ) from None
+    return service
+
+
+@cli.command()
+@click.option(
+    "--db",
+    "url",
+    default="sqlite:///privtd.db",
+    show_default=True,
+    help="Database URL: sqlite:///FILE, or postgresql://USER@HOST:PORT/DB.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--requester-token",
+    envvar="PRIVTD_REQUESTER_TOKEN",
+    help="Register this requester token (env PRIVTD_REQUESTER_TOKEN); without it, a new "
+    "database makes one and prints it once.",
+)
+def serve(url: str, host: str, port: int, requester_token: str | None) -> None:
+    """Run the collection service: workers submit perturbed reports, the requester aggregates.
+
+    The API is described at /docs (OpenAPI at /openapi.json); workers' page at /collect.
+    """
+    service = _service()
+    import uvicorn
+
+    app = service.create_app(url, requester_token=requester_token)
+    if app.state.new_requester_token:
+        click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
+    click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@cli.group()
+def client() -> None:
+    """A worker's side of the service: enrol, then perturb here and submit."""
+
+
+@client.command("enrol")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--name", required=True, help="The worker's name in the campaign.")
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="JSON file to keep state in."
+)
+def client_enrol(url: str, campaign_id: str, name: str, state: str) -> None:
+    """Enrol in CAMPAIGN_ID at URL; the token and the budget go to --state."""
+    from .client import Worker
+
+    worker = Worker.enrol(url, campaign_id, name, state)
+    campaign = worker.campaign()
+    click.echo(
+        f"enrolled {name} in {campaign['name']!r}: {campaign['mechanism']['guarantee']}, "
+        f"budget epsilon {campaign['budget']:g}; state in {state}"
+    )
+
+
+@client.command("submit")
+@click.argument("answers", type=click.Path(dir_okay=False, exists=True))
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="The worker's state file."
+)
+def client_submit(answers: str, state: str) -> None:
+    """Perturb ANSWERS (CSV: task,answer) on this machine and submit them."""
+    from .client import Worker
+
+    frame = pd.read_csv(answers, dtype={"task": str})
+    missing = {"task", "answer"} - set(frame.columns)
+    if missing:
+        raise ValidationError(f"{answers} lacks column(s) {sorted(missing)}; need task,answer.")
+    if frame["task"].duplicated().any():
+        raise ValidationError(f"{answers} names a task more than once; one answer per task.")
+    if frame["answer"].isna().any():
+        raise ValidationError(f"{answers} has empty answers; drop those rows.")
+    worker = Worker(state)
+    values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]
+    out = worker.submit(dict(zip(frame["task"], values, strict=True)))
+    click.echo(
+        f"sent {out['n_reports']} perturbed report(s); spent epsilon {out['spent_epsilon']:g} "
+        f"of {worker.state['budget']:g}"
+    )
 
 
 def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ValidationError
 from ._base import Estimator
 from .aware_gaussian import AwareGaussian
+from .aware_null import AwareNull
 from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
@@ -36,6 +37,7 @@ __all__ = [
     "OneCoinDawidSkene",
     "AwareOneCoin",
     "AwareGaussian",
+    "AwareNull",
     "LatentClass",
     "Raykar",
     "WeightedAverage",
@@ -43,6 +45,7 @@ __all__ = [
     "Median",
     "PrivateDawidSkene",
     "METHODS",
+    "RELEASE_METHODS",
     "AWARE_METHOD",
     "make_estimator",
 ]
@@ -73,17 +76,23 @@ AWARE_METHOD: dict[str, str] = {
     "two-layer": "aware-one-coin",
     "binary-rr": "aware-one-coin",
     "exp-gaussian": "aware-gaussian",
+    "krr-null": "aware-null",
+    "two-layer-null": "aware-null",
 }
+
+#: Estimators that only read a mechanism's release of whole rows (every (worker, task) cell
+#: reported, NULL included), so they need the mechanism and are kept out of ``METHODS``,
+#: whose members fit any answers of their kind.
+RELEASE_METHODS: dict[str, type[Estimator]] = {"aware-null": AwareNull}
 
 
 def make_estimator(method: str, **params: Any) -> Estimator:
     """Build the estimator for a method name, passing ``params`` to its constructor."""
-    try:
-        cls = METHODS[method]
-    except KeyError:
+    cls = METHODS.get(method) or RELEASE_METHODS.get(method)
+    if cls is None:
         raise ValidationError(
-            f"Unknown method {method!r}. Choose one of {', '.join(METHODS)}."
-        ) from None
+            f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
+        )
     try:
         return cls(**params)
     except TypeError as exc:

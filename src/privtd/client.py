@@ -1,0 +1,233 @@
+"""The worker's side of the collection service: perturb on this device, send only the result.
+
+    from privtd.client import Worker
+    worker = Worker.enrol("http://127.0.0.1:8000", campaign_id, "alice", state="alice.json")
+    worker.submit({"img-1": "smile", "img-2": "no smile"})
+
+The worker's state file keeps its token, what it has spent of its privacy budget, and any
+submission not yet acknowledged. A submission is perturbed once and written there (with its
+idempotency key) before it is sent, so a retry, even after this process died, sends the same
+perturbed values under the same key: perturbing again would spend the budget twice, and the
+server stores a key's reports once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._files import atomic_write_text
+from .errors import BudgetExceededError, PrivtdError, ValidationError
+from .mechanisms import MECHANISMS, Budget
+from .mechanisms._base import Mechanism
+
+
+class ServiceError(PrivtdError):
+    """The server refused a request (4xx) or could not be reached after the retries."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"server answered {status}: {detail}" if status else detail)
+        self.status = status
+        self.detail = detail
+
+
+def _http() -> Any:
+    try:
+        import httpx
+    except ImportError:  # pragma: no cover - the extra is missing
+        raise ImportError("The client needs httpx: pip install 'privtd[service]'.") from None
+    return httpx
+
+
+class Worker:
+    """One enrolled worker of one campaign; its state lives in the JSON file ``state``."""
+
+    def __init__(
+        self, state: str | os.PathLike[str], *, retries: int = 5, timeout: float = 30.0
+    ) -> None:
+        self.path = Path(state)
+        try:
+            self.state: dict[str, Any] = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            raise ValidationError(
+                f"No worker state at {self.path}; enrol first (privtd client enrol)."
+            ) from None
+        self.retries = retries
+        self.timeout = timeout
+        self._campaign: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- enrolment
+    @classmethod
+    def enrol(
+        cls, url: str, campaign_id: str, name: str, state: str | os.PathLike[str], **kwargs: Any
+    ) -> Worker:
+        path = Path(state)
+        if path.exists():
+            raise ValidationError(f"{path} already holds a worker's state; pick another file.")
+        body = _request(
+            "POST", f"{url.rstrip('/')}/campaigns/{campaign_id}/workers", None, {"name": name}
+        )
+        campaign = _request("GET", f"{url.rstrip('/')}/campaigns/{campaign_id}", None, None)
+        atomic_write_text(
+            path,
+            json.dumps(
+                {
+                    "url": url.rstrip("/"),
+                    "campaign_id": campaign_id,
+                    "name": name,
+                    "worker_id": body["worker_id"],
+                    "token": body["token"],
+                    "budget": campaign["budget"],
+                    "spent_epsilon": 0.0,
+                    "pending": None,
+                },
+                indent=1,
+            ),
+        )
+        return cls(path, **kwargs)
+
+    # ---------------------------------------------------------------- reading
+    def campaign(self) -> dict[str, Any]:
+        """The campaign's public parameters (fetched once per object)."""
+        if self._campaign is None:
+            self._campaign = self._call("GET", "", None)
+        return self._campaign
+
+    def tasks(self) -> list[dict[str, str]]:
+        return list(self._call("GET", "/tasks", None))
+
+    def mechanism(self) -> Mechanism:
+        m = self.campaign()["mechanism"]
+        return MECHANISMS[m["name"]](**m["params"])
+
+    @property
+    def remaining(self) -> float:
+        return float(self.state["budget"]) - float(self.state["spent_epsilon"])
+
+    # ---------------------------------------------------------------- sending
+    def submit(self, answers: Mapping[str, Any]) -> dict[str, Any]:
+        """Perturb ``answers`` ({task key: answer}) here and send them. Raises
+        BudgetExceededError, before perturbing, if they would take the worker past its budget;
+        first finishes a submission an earlier call left unacknowledged."""
+        if self.state.get("pending"):
+            self.resend()
+        if not answers:
+            raise ValidationError("No answers to send.")
+        campaign = self.campaign()
+        mech = self.mechanism()
+        budget = Budget(float(self.state["budget"]))
+        budget.spent_epsilon = float(self.state["spent_epsilon"])
+        keys = [str(k) for k in answers]
+        if campaign["whole_row"]:
+            # P3's mechanisms release the whole row over the public task list, NULLs included.
+            row = [t["key"] for t in self.tasks()]
+            values = mech.perturb_worker(
+                {str(k): v for k, v in answers.items()}, tasks=row, budget=budget
+            )
+            keys = row
+        else:
+            values = mech.perturb_worker(
+                list(answers.values()), labels=campaign["labels"], budget=budget
+            )
+        body = {
+            "mechanism": {
+                "name": campaign["mechanism"]["name"],
+                "params": campaign["mechanism"]["params"],
+            },
+            "reports": [{"task": k, "value": _plain(v)} for k, v in zip(keys, values, strict=True)],
+        }
+        # Written before sending: from here on only this body goes out under this key.
+        self.state["pending"] = {
+            "key": str(uuid.uuid4()),
+            "body": body,
+            "epsilon": budget.spent_epsilon,
+        }
+        self._save()
+        return self.resend()
+
+    def resend(self) -> dict[str, Any]:
+        """Send (again) the unacknowledged submission in the state file, same key, same body."""
+        pending = self.state.get("pending")
+        if not pending:
+            raise ValidationError("Nothing is waiting to be sent.")
+        out = self._call(
+            "POST", "/submissions", pending["body"], headers={"Idempotency-Key": pending["key"]}
+        )
+        self.state["spent_epsilon"] = max(float(pending["epsilon"]), float(out["spent_epsilon"]))
+        self.state["pending"] = None
+        self._save()
+        return dict(out)
+
+    # ---------------------------------------------------------------- plumbing
+    def _save(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.state, indent=1))
+
+    def _call(
+        self, method: str, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> Any:
+        url = f"{self.state['url']}/campaigns/{self.state['campaign_id']}{path}"
+        return _request(
+            method,
+            url,
+            self.state["token"],
+            body,
+            headers,
+            retries=self.retries,
+            timeout=self.timeout,
+        )
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _request(
+    method: str,
+    url: str,
+    token: str | None,
+    body: Any,
+    headers: dict[str, str] | None = None,
+    *,
+    retries: int = 5,
+    timeout: float = 30.0,
+) -> Any:
+    """One API call; connection failures and 5xx are retried with backoff (safe: every write
+    carries an idempotency key or is an enrolment the server refuses twice)."""
+    httpx = _http()
+    sent = dict(headers or {})
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    delay = 0.2
+    for attempt in range(retries + 1):
+        try:
+            response = httpx.request(method, url, json=body, headers=sent, timeout=timeout)
+        except httpx.TransportError as exc:
+            if attempt == retries:
+                raise ServiceError(0, f"cannot reach {url}: {exc}") from None
+        else:
+            if response.status_code < 500:
+                if response.status_code >= 400:
+                    detail = _detail(response)
+                    if response.status_code == 409 and "budget" in detail:
+                        raise BudgetExceededError(detail)
+                    raise ServiceError(response.status_code, detail)
+                return response.json()
+            if attempt == retries:
+                raise ServiceError(response.status_code, _detail(response))
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _detail(response: Any) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text[:200]

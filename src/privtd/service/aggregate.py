@@ -1,0 +1,198 @@
+"""Aggregation runs: the campaign's reports read straight from the database into integer-coded
+arrays, the campaign's estimator fitted in a background thread, progress and results written
+back to the run's row."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from ..answers import Answers
+from ..errors import ConvergenceWarning, PrivtdError
+from ..inference import AWARE_METHOD, make_estimator
+from . import campaigns
+from .schema import reports as t_reports
+from .schema import runs as t_runs
+from .schema import tasks as t_tasks
+from .schema import workers as t_workers
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Runner:
+    """Runs one aggregation at a time per server (a fit uses every core numpy gives it)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privtd-run")
+        self.lock = threading.Lock()
+
+    def start(self, campaign: Any) -> str:
+        run_id = str(uuid.uuid4())
+        with self.engine.begin() as conn:
+            conn.execute(
+                t_runs.insert().values(
+                    id=run_id,
+                    campaign_id=campaign.id,
+                    status="queued",
+                    method=campaign.method,
+                    n_reports=0,
+                    iteration=0,
+                    max_iter=0,
+                    created_at=now(),
+                )
+            )
+        self.pool.submit(self._run, run_id, campaign)
+        return run_id
+
+    def _update(self, run_id: str, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(t_runs.update().where(t_runs.c.id == run_id).values(**values))
+
+    def _run(self, run_id: str, campaign: Any) -> None:
+        try:
+            answers, mech = load(self.engine, campaign)
+            if answers is None:
+                raise PrivtdError("The campaign has no reports yet.")
+            params: dict[str, Any] = {}
+            if campaign.method in AWARE_METHOD.values():
+                params["mechanism"] = mech
+            estimator = make_estimator(campaign.method, **params)
+            last = [0.0]
+
+            def progress(n_iter: int, max_iter: int) -> None:
+                # At most two writes a second, whatever the iteration rate.
+                if time.monotonic() - last[0] > 0.5:
+                    last[0] = time.monotonic()
+                    self._update(run_id, iteration=n_iter, max_iter=max_iter)
+
+            estimator.progress = progress
+            self._update(run_id, status="running", n_reports=answers.n_answers)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                estimator.fit(answers)
+            result = summarise(estimator, answers, mech, campaign, self.engine)
+            self._update(
+                run_id,
+                status="done",
+                iteration=estimator.n_iter_,
+                result=result,
+                finished_at=now(),
+            )
+        except PrivtdError as exc:
+            self._update(run_id, status="failed", error=str(exc).splitlines()[0], finished_at=now())
+        except Exception as exc:  # noqa: BLE001 - a run must end in a state the API can show
+            traceback.print_exc()
+            self._update(
+                run_id,
+                status="failed",
+                error=f"internal error: {type(exc).__name__}",
+                finished_at=now(),
+            )
+
+
+def load(engine: sa.Engine, campaign: Any) -> tuple[Answers | None, Any]:
+    """The campaign's non-NULL reports as Answers (tasks in campaign order, workers who
+    submitted anything), read column-wise."""
+    mech = campaigns.rebuild(campaign.mechanism, campaign.mechanism_params)
+    with engine.connect() as conn:
+        keys = (
+            conn.execute(
+                sa.select(t_tasks.c.key)
+                .where(t_tasks.c.campaign_id == campaign.id)
+                .order_by(t_tasks.c.position)
+            )
+            .scalars()
+            .all()
+        )
+        rows = conn.execute(
+            sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value).where(
+                t_reports.c.campaign_id == campaign.id
+            )
+        ).all()
+    if not rows:
+        return None, mech
+    frame = pd.DataFrame(rows, columns=["task", "worker", "value"])
+    worker_codes, workers = pd.factorize(frame["worker"])
+    present = frame["value"].notna().to_numpy()
+    value = frame["value"].to_numpy(dtype=float)[present]
+    labels = None
+    if mech.kind == "categorical":
+        labels = pd.Index(campaign.labels)
+        value = value.astype(np.int64)
+    answers = Answers(
+        task=frame["task"].to_numpy(dtype=np.int32)[present],
+        worker=worker_codes.astype(np.int32)[present],
+        value=value,
+        tasks=pd.Index(keys),
+        workers=pd.Index(workers),
+        labels=labels,
+    )
+    return answers, mech
+
+
+def summarise(
+    estimator: Any, answers: Answers, mech: Any, campaign: Any, engine: sa.Engine
+) -> dict[str, Any]:
+    """Truths, confidence, worker quality and the privacy report, as JSON."""
+    with engine.connect() as conn:
+        people = dict(
+            conn.execute(
+                sa.select(t_workers.c.id, t_workers.c.name).where(
+                    t_workers.c.campaign_id == campaign.id
+                )
+            ).all()
+        )
+        spent = dict(
+            conn.execute(
+                sa.select(t_workers.c.name, t_workers.c.spent_epsilon).where(
+                    t_workers.c.campaign_id == campaign.id
+                )
+            ).all()
+        )
+    truths = estimator.truths_
+    answered = np.bincount(answers.task, minlength=answers.n_tasks) > 0
+    out_truths = {
+        str(k): _json(v)
+        for k, v, ok in zip(truths.index, truths.to_numpy(), answered, strict=True)
+        if ok
+    }
+    confidence = None
+    if estimator.probas_ is not None:
+        top = estimator.probas_.max(axis=1)
+        confidence = {str(k): float(v) for k, v in top.items() if str(k) in out_truths}
+    weights = estimator.weights_["weight"]
+    g = mech.guarantee
+    return {
+        "method": campaign.method,
+        "n_reports": answers.n_answers,
+        "truths": out_truths,
+        "confidence": confidence,
+        "workers": {people.get(w, str(w)): float(v) for w, v in weights.items()},
+        "privacy": {
+            "mechanism": campaign.mechanism,
+            "guarantee": str(g),
+            "epsilon": g.epsilon,
+            "unit": g.unit,
+            "budget_per_worker": campaign.budget_epsilon,
+            "spent_epsilon": spent,
+        },
+    }
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,574 @@
+"""The HTTP API (FastAPI): campaigns, enrolment, tasks, submissions, aggregation runs, results.
+
+Roles: the requester (a token made when the server's database is first set up, or given to
+``privtd serve``) creates campaigns and reads their results; a worker enrols in a campaign,
+reads its tasks and public parameters, and submits perturbed reports for itself only. Tokens
+are kept as SHA-256 hashes. Every error is a 4xx with ``{"detail": "one line"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import PrivtdError
+from . import aggregate, campaigns, db
+from .schema import campaigns as t_campaigns
+from .schema import reports as t_reports
+from .schema import requesters as t_requesters
+from .schema import runs as t_runs
+from .schema import submissions as t_submissions
+from .schema import tasks as t_tasks
+from .schema import workers as t_workers
+
+MAX_BODY = 4 * 1024 * 1024
+MAX_REPORTS = 20_000
+Label = str | int | float | bool
+#: The bearer token header (module level: FastAPI resolves annotations in module globals).
+Auth = Annotated[str | None, Header()]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------------------- bodies
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskIn(Strict):
+    key: str = Field(min_length=1, max_length=200)
+    text: str = Field(default="", max_length=10_000)
+
+
+class CampaignIn(Strict):
+    name: str = Field(min_length=1, max_length=200)
+    tasks: list[TaskIn] = Field(min_length=1, max_length=1_000_000)
+    mechanism: str = Field(max_length=32)
+    epsilon: float | None = Field(default=None, gt=0, le=50)
+    params: dict[str, float | int | str | None] = Field(default_factory=dict, max_length=10)
+    labels: list[Label] | None = Field(default=None, min_length=2, max_length=1000)
+    budget: float = Field(gt=0, le=1e6, description="Each worker's privacy budget (epsilon).")
+    method: str | None = Field(default=None, max_length=32)
+
+
+class MechanismOut(BaseModel):
+    name: str
+    params: dict[str, Any]
+    epsilon: float
+    unit: str
+    guarantee: str
+
+
+class CampaignOut(BaseModel):
+    id: str
+    name: str
+    kind: str
+    mechanism: MechanismOut
+    labels: list[Label] | None
+    budget: float
+    method: str
+    n_tasks: int
+    whole_row: bool
+
+
+class EnrolIn(Strict):
+    name: str = Field(min_length=1, max_length=200)
+
+
+class EnrolOut(BaseModel):
+    worker_id: str
+    token: str
+
+
+class TaskOut(BaseModel):
+    key: str
+    text: str
+
+
+class ReportIn(Strict):
+    task: str = Field(min_length=1, max_length=200)
+    value: Label | None
+
+
+class MechanismIn(Strict):
+    name: str = Field(max_length=32)
+    params: dict[str, float | int | str | None] = Field(max_length=10)
+
+
+class SubmissionIn(Strict):
+    mechanism: MechanismIn
+    reports: list[ReportIn] = Field(min_length=1, max_length=MAX_REPORTS)
+
+
+class SubmissionOut(BaseModel):
+    submission_id: str
+    n_reports: int
+    epsilon: float
+    spent_epsilon: float
+    replayed: bool
+
+
+class RunOut(BaseModel):
+    run_id: str
+    status: str
+    method: str
+    n_reports: int
+    iteration: int
+    max_iter: int
+    error: str | None
+
+
+# ---------------------------------------------------------------------------- limits
+class BodyLimit:
+    """Refuses bodies over ``limit`` bytes with 413 before the endpoint reads them, whether
+    the client declared a length or streams chunks."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _BodyTooLarge:
+            await _too_large(self.limit)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"Body over {limit} bytes; send fewer reports per request."}, 413
+    )
+
+
+# ---------------------------------------------------------------------------- app
+def create_app(url: str = db.DEFAULT_URL, *, requester_token: str | None = None) -> FastAPI:
+    """The API on the database at ``url``. ``requester_token``, if given, is registered as a
+    requester's (its hash is stored); ``app.state.new_requester_token`` holds a token made
+    because the database had no requester yet (``privtd serve`` prints it once)."""
+    engine = db.connect(url)
+    app = FastAPI(
+        title="privtd collection service",
+        version="1",
+        description="Workers perturb on their own device; the server stores perturbed reports.",
+    )
+    app.state.engine = engine
+    app.state.new_requester_token = _ensure_requester(engine, requester_token)
+    app.state.runner = aggregate.Runner(engine)
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, 422)
+
+    @app.exception_handler(PrivtdError)
+    async def _privtd(_request: Request, exc: PrivtdError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc).splitlines()[0]}, 422)
+
+    _routes(app, engine)
+    return app
+
+
+def _ensure_requester(engine: sa.Engine, token: str | None) -> str | None:
+    with engine.begin() as conn:
+        if token is not None:
+            digest = db.token_hash(token)
+            known = conn.execute(
+                sa.select(t_requesters.c.id).where(t_requesters.c.token_hash == digest)
+            ).first()
+            if known is None:
+                conn.execute(
+                    t_requesters.insert().values(
+                        id=str(uuid.uuid4()), token_hash=digest, created_at=now()
+                    )
+                )
+            return None
+        if conn.execute(sa.select(sa.func.count()).select_from(t_requesters)).scalar_one():
+            return None
+        token, digest = db.new_token()
+        conn.execute(
+            t_requesters.insert().values(id=str(uuid.uuid4()), token_hash=digest, created_at=now())
+        )
+        return token
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 200:
+        raise HTTPException(401, "Missing or malformed 'Authorization: Bearer TOKEN' header.")
+    return authorization[len("Bearer ") :]
+
+
+def _routes(app: FastAPI, engine: sa.Engine) -> None:
+    def requester(authorization: Auth = None) -> str:
+        digest = db.token_hash(_bearer(authorization))
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.select(t_requesters.c.id).where(t_requesters.c.token_hash == digest)
+            ).first()
+        if row is None:
+            raise HTTPException(401, "Unknown requester token.")
+        return str(row.id)
+
+    def campaign_row(conn: sa.Connection, campaign_id: str) -> Any:
+        row = conn.execute(sa.select(t_campaigns).where(t_campaigns.c.id == campaign_id)).first()
+        if row is None:
+            raise HTTPException(404, f"No campaign {campaign_id!r}.")
+        return row
+
+    def owned(conn: sa.Connection, campaign_id: str, requester_id: str) -> Any:
+        row = campaign_row(conn, campaign_id)
+        if row.requester_id != requester_id:
+            raise HTTPException(403, "This campaign belongs to another requester.")
+        return row
+
+    def worker(conn: sa.Connection, campaign_id: str, authorization: str | None) -> Any:
+        digest = db.token_hash(_bearer(authorization))
+        row = conn.execute(sa.select(t_workers).where(t_workers.c.token_hash == digest)).first()
+        if row is None:
+            raise HTTPException(401, "Unknown worker token.")
+        if row.campaign_id != campaign_id:
+            raise HTTPException(403, "This token belongs to a worker of another campaign.")
+        return row
+
+    def describe(conn: sa.Connection, row: Any) -> CampaignOut:
+        mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
+        n_tasks = conn.execute(
+            sa.select(sa.func.count()).select_from(t_tasks).where(t_tasks.c.campaign_id == row.id)
+        ).scalar_one()
+        g = mech.guarantee
+        return CampaignOut(
+            id=row.id,
+            name=row.name,
+            kind=mech.kind,
+            mechanism=MechanismOut(
+                name=row.mechanism,
+                params=row.mechanism_params,
+                epsilon=g.epsilon,
+                unit=g.unit,
+                guarantee=str(g),
+            ),
+            labels=row.labels,
+            budget=row.budget_epsilon,
+            method=row.method,
+            n_tasks=n_tasks,
+            whole_row=campaigns.whole_row(mech),
+        )
+
+    @app.post("/campaigns", status_code=201, response_model=CampaignOut)
+    def create_campaign(body: CampaignIn, requester_id: str = Depends(requester)) -> CampaignOut:
+        mech = campaigns.build_mechanism(body.mechanism, body.epsilon, body.params, body.labels)
+        labels = campaigns.check_labels(mech, body.labels)
+        method = campaigns.pick_method(mech, body.method)
+        keys = [t.key for t in body.tasks]
+        if len(set(keys)) != len(keys):
+            raise HTTPException(422, "tasks: task keys must be distinct.")
+        campaign_id = str(uuid.uuid4())
+        with engine.begin() as conn:
+            conn.execute(
+                t_campaigns.insert().values(
+                    id=campaign_id,
+                    requester_id=requester_id,
+                    name=body.name,
+                    mechanism=mech.name,
+                    mechanism_params=campaigns.public_params(mech),
+                    labels=labels,
+                    budget_epsilon=body.budget,
+                    method=method,
+                    created_at=now(),
+                )
+            )
+            conn.execute(
+                t_tasks.insert(),
+                [
+                    {"campaign_id": campaign_id, "position": i, "key": t.key, "text": t.text}
+                    for i, t in enumerate(body.tasks)
+                ],
+            )
+            return describe(conn, campaign_row(conn, campaign_id))
+
+    @app.get("/campaigns/{campaign_id}", response_model=CampaignOut)
+    def get_campaign(campaign_id: str) -> CampaignOut:
+        """The campaign's public parameters: what a worker's device perturbs with."""
+        with engine.connect() as conn:
+            return describe(conn, campaign_row(conn, campaign_id))
+
+    @app.post("/campaigns/{campaign_id}/workers", status_code=201, response_model=EnrolOut)
+    def enrol(campaign_id: str, body: EnrolIn) -> EnrolOut:
+        token, digest = db.new_token()
+        worker_id = str(uuid.uuid4())
+        with engine.begin() as conn:
+            campaign_row(conn, campaign_id)
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        t_workers.insert().values(
+                            id=worker_id,
+                            campaign_id=campaign_id,
+                            name=body.name,
+                            token_hash=digest,
+                            spent_epsilon=0.0,
+                            enrolled_at=now(),
+                        )
+                    )
+            except sa.exc.IntegrityError:
+                raise HTTPException(409, f"A worker named {body.name!r} is enrolled.") from None
+        return EnrolOut(worker_id=worker_id, token=token)
+
+    @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
+    def list_tasks(campaign_id: str, authorization: Auth = None) -> list[TaskOut]:
+        with engine.connect() as conn:
+            campaign_row(conn, campaign_id)
+            worker(conn, campaign_id, authorization)
+            rows = conn.execute(
+                sa.select(t_tasks.c.key, t_tasks.c.text)
+                .where(t_tasks.c.campaign_id == campaign_id)
+                .order_by(t_tasks.c.position)
+            ).all()
+        return [TaskOut(key=r.key, text=r.text) for r in rows]
+
+    @app.post(
+        "/campaigns/{campaign_id}/submissions",
+        status_code=201,
+        response_model=SubmissionOut,
+        responses={200: {"model": SubmissionOut, "description": "A replay of an earlier key."}},
+    )
+    def submit(
+        campaign_id: str,
+        body: SubmissionIn,
+        authorization: Auth = None,
+        idempotency_key: Annotated[str | None, Header(max_length=100)] = None,
+    ) -> Any:
+        if not idempotency_key:
+            raise HTTPException(400, "Send an 'Idempotency-Key' header (1-100 characters).")
+        digest = hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
+        with engine.begin() as conn:
+            row = campaign_row(conn, campaign_id)
+            who = worker(conn, campaign_id, authorization)
+            earlier = conn.execute(
+                sa.select(t_submissions).where(
+                    t_submissions.c.worker_id == who.id,
+                    t_submissions.c.idempotency_key == idempotency_key,
+                )
+            ).first()
+            if earlier is not None:
+                return _replay(earlier, digest, who)
+            mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
+            if body.mechanism.name != row.mechanism or not _same_params(
+                body.mechanism.params, row.mechanism_params
+            ):
+                raise HTTPException(
+                    409,
+                    "The reports were perturbed with other parameters than the campaign's; "
+                    "fetch them again (GET /campaigns/ID).",
+                )
+            positions = dict(
+                conn.execute(
+                    sa.select(t_tasks.c.key, t_tasks.c.position).where(
+                        t_tasks.c.campaign_id == campaign_id
+                    )
+                ).all()
+            )
+            keys = [r.task for r in body.reports]
+            unknown = [k for k in keys if k not in positions]
+            if unknown:
+                raise HTTPException(422, f"Unknown task(s) {unknown[:3]} in this campaign.")
+            if len(set(keys)) != len(keys):
+                raise HTTPException(422, "A submission names a task more than once.")
+            if campaigns.whole_row(mech) and len(keys) != len(positions):
+                raise HTTPException(
+                    422,
+                    f"{mech.name} releases the whole row: report every one of the "
+                    f"{len(positions)} tasks (null where the output is NULL) in one submission.",
+                )
+            done = set(
+                conn.execute(
+                    sa.select(t_reports.c.task_position).where(
+                        t_reports.c.campaign_id == campaign_id, t_reports.c.worker_id == who.id
+                    )
+                ).scalars()
+            )
+            again = [k for k in keys if positions[k] in done]
+            if again:
+                raise HTTPException(
+                    409, f"Task(s) {again[:3]} already reported by this worker; each once only."
+                )
+            values = campaigns.encode_values(mech, row.labels, [r.value for r in body.reports])
+            epsilon = mech.guarantee.epsilon * len(keys)
+            spent = who.spent_epsilon + epsilon
+            if spent > row.budget_epsilon * (1 + 1e-12):
+                raise HTTPException(
+                    409,
+                    f"This submission would take the worker to epsilon {spent:.6g}, past the "
+                    f"campaign's budget of {row.budget_epsilon:g}.",
+                )
+            submission_id = str(uuid.uuid4())
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        t_submissions.insert().values(
+                            id=submission_id,
+                            campaign_id=campaign_id,
+                            worker_id=who.id,
+                            idempotency_key=idempotency_key,
+                            body_hash=digest,
+                            n_reports=len(keys),
+                            epsilon=epsilon,
+                            received_at=now(),
+                        )
+                    )
+                    conn.execute(
+                        t_reports.insert(),
+                        [
+                            {
+                                "campaign_id": campaign_id,
+                                "task_position": positions[k],
+                                "worker_id": who.id,
+                                "submission_id": submission_id,
+                                "value": v,
+                            }
+                            for k, v in zip(keys, values, strict=True)
+                        ],
+                    )
+                    updated = conn.execute(
+                        t_workers.update()
+                        .where(
+                            t_workers.c.id == who.id,
+                            t_workers.c.spent_epsilon == who.spent_epsilon,
+                        )
+                        .values(spent_epsilon=spent)
+                    )
+                    if updated.rowcount != 1:
+                        raise _Retry
+            except (sa.exc.IntegrityError, _Retry):
+                # A concurrent submission of this worker won a race: same key (a retry) or the
+                # same task (a duplicate), or it changed the budget.
+                raise HTTPException(
+                    409,
+                    "A concurrent submission of this worker holds one of these tasks or this "
+                    "idempotency key; retry with the same key to read its outcome.",
+                ) from None
+            except sa.exc.DBAPIError as exc:  # pragma: no cover - database gone
+                raise HTTPException(503, "Database unavailable; retry with the same key.") from exc
+        return JSONResponse(
+            SubmissionOut(
+                submission_id=submission_id,
+                n_reports=len(keys),
+                epsilon=epsilon,
+                spent_epsilon=spent,
+                replayed=False,
+            ).model_dump(),
+            201,
+        )
+
+    @app.post("/campaigns/{campaign_id}/runs", status_code=202, response_model=RunOut)
+    def start_run(campaign_id: str, requester_id: str = Depends(requester)) -> RunOut:
+        with engine.begin() as conn:
+            row = owned(conn, campaign_id, requester_id)
+        run_id = app.state.runner.start(row)
+        return _run(engine, campaign_id, run_id)
+
+    @app.get("/campaigns/{campaign_id}/runs/{run_id}", response_model=RunOut)
+    def get_run(campaign_id: str, run_id: str, requester_id: str = Depends(requester)) -> RunOut:
+        with engine.connect() as conn:
+            owned(conn, campaign_id, requester_id)
+        return _run(engine, campaign_id, run_id)
+
+    @app.get("/campaigns/{campaign_id}/results")
+    def results(campaign_id: str, requester_id: str = Depends(requester)) -> dict[str, Any]:
+        """The newest finished run's truths, confidence, worker quality and privacy report."""
+        with engine.connect() as conn:
+            owned(conn, campaign_id, requester_id)
+            row = conn.execute(
+                sa.select(t_runs)
+                .where(t_runs.c.campaign_id == campaign_id, t_runs.c.status == "done")
+                .order_by(t_runs.c.created_at.desc())
+                .limit(1)
+            ).first()
+        if row is None:
+            raise HTTPException(404, "No finished aggregation run yet: POST .../runs first.")
+        return {"run_id": row.id, **row.result}
+
+
+class _Retry(Exception):
+    pass
+
+
+def _same_params(sent: dict[str, Any], stored: dict[str, Any]) -> bool:
+    if set(sent) != set(stored):
+        return False
+    for k, v in stored.items():
+        w = sent[k]
+        if isinstance(v, float) and isinstance(w, int | float) and not isinstance(w, bool):
+            if abs(float(w) - v) > 1e-12 * max(1.0, abs(v)):
+                return False
+        elif w != v:
+            return False
+    return True
+
+
+def _replay(earlier: Any, digest: str, who: Any) -> JSONResponse:
+    if earlier.body_hash != digest:
+        raise HTTPException(
+            409, "This idempotency key was used for a different submission; use a new key."
+        )
+    return JSONResponse(
+        SubmissionOut(
+            submission_id=earlier.id,
+            n_reports=earlier.n_reports,
+            epsilon=earlier.epsilon,
+            spent_epsilon=who.spent_epsilon,
+            replayed=True,
+        ).model_dump(),
+        200,
+    )
+
+
+def _run(engine: sa.Engine, campaign_id: str, run_id: str) -> RunOut:
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.select(t_runs).where(t_runs.c.id == run_id, t_runs.c.campaign_id == campaign_id)
+        ).first()
+    if row is None:
+        raise HTTPException(404, f"No run {run_id!r} in this campaign.")
+    return RunOut(
+        run_id=row.id,
+        status=row.status,
+        method=row.method,
+        n_reports=row.n_reports,
+        iteration=row.iteration,
+        max_iter=row.max_iter,
+        error=row.error,
+    )

@@ -1,0 +1,102 @@
+"""The service's tables (SQLAlchemy Core). Migrations in ``migrations/`` create and change them.
+
+There is no column for a raw answer: a report's ``value`` is what the worker's device sent after
+perturbing (a label code, a number, or NULL for a NULL report of P3's mechanisms).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+requesters = sa.Table(
+    "requesters",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+campaigns = sa.Table(
+    "campaigns",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("requester_id", sa.String(36), sa.ForeignKey("requesters.id"), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    # The public parameters every worker's device perturbs with.
+    sa.Column("mechanism", sa.String(32), nullable=False),
+    sa.Column("mechanism_params", sa.JSON, nullable=False),
+    sa.Column("labels", sa.JSON, nullable=True),
+    sa.Column("budget_epsilon", sa.Float, nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("text", sa.Text, nullable=False, default=""),
+    sa.UniqueConstraint("campaign_id", "key", name="uq_tasks_key"),
+)
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    # What the worker has released so far, composed (the server's copy of the client's budget).
+    sa.Column("spent_epsilon", sa.Float, nullable=False, default=0.0),
+    sa.Column("enrolled_at", sa.DateTime(timezone=True), nullable=False),
+    sa.UniqueConstraint("campaign_id", "name", name="uq_workers_name"),
+)
+
+submissions = sa.Table(
+    "submissions",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), nullable=False),
+    sa.Column("worker_id", sa.String(36), sa.ForeignKey("workers.id"), nullable=False),
+    sa.Column("idempotency_key", sa.String(100), nullable=False),
+    # A replay with the same key must carry the same body; the hash tells.
+    sa.Column("body_hash", sa.String(64), nullable=False),
+    sa.Column("n_reports", sa.Integer, nullable=False),
+    sa.Column("epsilon", sa.Float, nullable=False),
+    sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
+    sa.UniqueConstraint("worker_id", "idempotency_key", name="uq_submissions_key"),
+)
+
+reports = sa.Table(
+    "reports",
+    metadata,
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), primary_key=True),
+    sa.Column("task_position", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("worker_id", sa.String(36), sa.ForeignKey("workers.id"), primary_key=True),
+    sa.Column("submission_id", sa.String(36), sa.ForeignKey("submissions.id"), nullable=False),
+    sa.Column("value", sa.Float, nullable=True),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("method", sa.String(32), nullable=False),
+    sa.Column("n_reports", sa.Integer, nullable=False, default=0),
+    sa.Column("iteration", sa.Integer, nullable=False, default=0),
+    sa.Column("max_iter", sa.Integer, nullable=False, default=0),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    # Truths, confidence, worker quality and the privacy report, as one JSON document.
+    sa.Column("result", sa.JSON, nullable=True),
+)
+
+sa.Index("ix_runs_campaign", runs.c.campaign_id, runs.c.created_at)
+sa.Index("ix_workers_campaign", workers.c.campaign_id)
