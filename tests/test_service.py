@@ -383,3 +383,18 @@ def test_serve_command_prints_a_requester_token_once(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_load_script_survives_kill_9_exactly_once():
+    # The repository's load script, small: 20 workers, 20,000 answers, the server killed with
+    # SIGKILL 0.5 s in and restarted; every acknowledged submission is stored once.
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "load_service.py")
+    cmd = [os.sys.executable, script, "--workers", "20", "--answers", "20000", "--crash"]
+    done = subprocess.run(
+        [*cmd, "--crash-after", "0.5"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["exactly_once"] and result["answers"] == 20000
+    assert result["stored_reports"] == 20000
+    assert result["retries"] > 0  # the kill did land in the middle of the load
