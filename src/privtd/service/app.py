@@ -12,12 +12,14 @@ import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,6 +33,7 @@ from .schema import submissions as t_submissions
 from .schema import tasks as t_tasks
 from .schema import workers as t_workers
 
+STATIC = Path(__file__).with_name("static")
 MAX_BODY = 4 * 1024 * 1024
 MAX_REPORTS = 20_000
 Label = str | int | float | bool
@@ -199,6 +202,13 @@ def create_app(url: str = db.DEFAULT_URL, *, requester_token: str | None = None)
         return JSONResponse({"detail": str(exc).splitlines()[0]}, 422)
 
     _routes(app, engine)
+    # The browser client: a page that perturbs in the browser (static/perturb.js).
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/collect", include_in_schema=False)
+    def collect() -> FileResponse:
+        return FileResponse(STATIC / "collect.html", media_type="text/html")
+
     return app
 
 

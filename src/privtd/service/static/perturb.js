@@ -1,0 +1,84 @@
+// privtd's local mechanisms in the browser: the same output laws as privtd.mechanisms, drawn
+// from the browser's cryptographically secure generator (crypto.getRandomValues). Only the
+// perturbed values leave the page. tests/test_service_browser.py checks each law against the
+// Python mechanism's with a chi-square test.
+
+// A uniform double in [0, 1) with 53 random bits.
+export function uniform() {
+  const words = new Uint32Array(2);
+  crypto.getRandomValues(words);
+  return ((words[0] >>> 5) * 67108864 + (words[1] >>> 6)) / 9007199254740992;
+}
+
+function pick(n) {
+  return Math.min(n - 1, Math.floor(uniform() * n));
+}
+
+// Keep with probability 1 - f, else one of the other n - 1 codes uniformly (P0's flip).
+function flip(code, f, n) {
+  if (uniform() >= f) return code;
+  const other = pick(n - 1);
+  return other >= code ? other + 1 : other;
+}
+
+function normal() {
+  // Box-Muller; 1 - uniform() is in (0, 1], so the log is finite.
+  return Math.sqrt(-2 * Math.log(1 - uniform())) * Math.cos(2 * Math.PI * uniform());
+}
+
+function laplace(scale) {
+  const u = uniform() - 0.5;
+  return -scale * Math.sign(u) * Math.log1p(-2 * Math.abs(u));
+}
+
+// One worker's release. `answers` maps task key -> answer (a label, or a number);
+// `tasks` is the campaign's task list (for the whole-row mechanisms); returns [[task, value]].
+export function perturbWorker(mechanism, answers, labels, tasks) {
+  const p = mechanism.params;
+  const entries = Object.entries(answers);
+  switch (mechanism.name) {
+    case "one-layer":
+    case "binary-rr":
+    case "two-layer": {
+      // two-layer: the worker's own flip probability, drawn once per release and never sent.
+      const f = mechanism.name === "two-layer" ? p.a + (p.b - p.a) * uniform() : p.f;
+      return entries.map(([task, answer]) => {
+        const code = labels.map(String).indexOf(String(answer));
+        if (code < 0) throw new Error(`answer ${answer} is not one of ${labels}`);
+        return [task, labels[flip(code, f, labels.length)]];
+      });
+    }
+    case "exp-gaussian": {
+      const variance = -Math.log(1 - uniform()) / p.rate; // v ~ Exp(rate), once per release
+      return entries.map(([task, answer]) => {
+        const x = Number(answer);
+        if (!(x >= p.low && x <= p.high)) throw new Error(`answer ${answer} outside [${p.low}, ${p.high}]`);
+        return [task, x + Math.sqrt(variance) * normal()];
+      });
+    }
+    case "krr-null":
+    case "two-layer-null": {
+      const g = p.high - p.low + 1;
+      let keep = p.keep;
+      if (mechanism.name === "two-layer-null") {
+        const eps = 2 * p.mean_epsilon * uniform(); // the worker's private budget
+        keep = Math.exp(eps) / (g + Math.exp(eps));
+      }
+      return tasks.map((task) => {
+        // Symbols 0..g-1 are the scores low..high, g is NULL.
+        const z = task in answers ? Number(answers[task]) - p.low : g;
+        if (z < g && !(Number.isInteger(z) && z >= 0)) throw new Error(`answer ${answers[task]} outside ${p.low}..${p.high}`);
+        const out = flip(z, 1 - keep, g + 1);
+        return [task, out === g ? null : p.low + out];
+      });
+    }
+    case "laplace":
+      return tasks.map((task) => {
+        const base = task in answers ? Number(answers[task])
+          : p.fill === null || p.fill === undefined ? p.low + pick(p.high - p.low + 1) : p.fill;
+        return [task, base + laplace(p.scale)];
+      });
+    default:
+      throw new Error(`mechanism ${mechanism.name} is not available in the browser`);
+  }
+}

@@ -1,0 +1,134 @@
+"""The browser client's perturbation (src/privtd/service/static/perturb.js, run here by Node,
+with the same crypto.getRandomValues as a browser) against the exact output law of the Python
+mechanism. The draws cannot be seeded (they come from the platform's secure generator), so
+each check is a test at level 1e-6: a correct implementation fails one in a million runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from privtd.answers import Answers
+from privtd.mechanisms import (
+    ExpGaussian,
+    KRRNull,
+    LaplaceNull,
+    OneLayerRR,
+    TwoLayerNull,
+    TwoLayerRR,
+)
+
+NODE = shutil.which("node")
+SCRIPT = Path(__file__).parents[1] / "src" / "privtd" / "service" / "static" / "perturb.js"
+N = 200_000
+LEVEL = 1e-6
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node.js to run the browser module")
+
+
+def run_js(mechanism, answers, labels, tasks, n=N):
+    """``n`` independent releases of one worker's ``answers``; the values, one list per call."""
+    program = f"""
+    import {{ perturbWorker }} from {json.dumps(SCRIPT.as_uri())};
+    const out = [];
+    for (let i = 0; i < {n}; i++) {{
+      out.push(perturbWorker({json.dumps(mechanism)}, {json.dumps(answers)},
+                             {json.dumps(labels)}, {json.dumps(tasks)}).map((p) => p[1]));
+    }}
+    process.stdout.write(JSON.stringify(out));
+    """
+    done = subprocess.run(
+        [NODE, "--input-type=module", "-e", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def chi_square(counts, probs):
+    counts, probs = np.asarray(counts, float), np.asarray(probs, float)
+    return stats.chisquare(counts, counts.sum() * probs).pvalue
+
+
+def describe(mech):
+    params = {k: (v.item() if hasattr(v, "item") else v) for k, v in mech.params().items()}
+    return {"name": mech.name, "params": params}
+
+
+@pytest.mark.parametrize(
+    "mech", [OneLayerRR.from_epsilon(1.0, n_labels=3), TwoLayerRR.from_epsilon(1.0, n_labels=3)]
+)
+def test_categorical_laws(mech):
+    labels = ["a", "b", "c"]
+    out = run_js(describe(mech), {"t0": "b"}, labels, ["t0"])
+    counts = [sum(o[0] == lab for o in out) for lab in labels]
+    f = mech.f if isinstance(mech, OneLayerRR) else (mech.a + mech.b) / 2  # marginal flip
+    probs = [f / 2, 1 - f, f / 2]
+    assert chi_square(counts, probs) > LEVEL
+    # The Python mechanism has the same law: N workers with one answer each (two-layer draws
+    # one flip probability per worker).
+    one_each = Answers(
+        np.zeros(N, np.int32),
+        np.arange(N, dtype=np.int32),
+        np.ones(N, np.int64),
+        pd.RangeIndex(1),
+        pd.RangeIndex(N),
+        labels=pd.Index(labels),
+    )
+    py = np.bincount(mech.perturb(one_each, rng=0).value, minlength=3)
+    assert chi_square(py, probs) > LEVEL
+
+
+@pytest.mark.parametrize(
+    "mech", [KRRNull.from_epsilon(1.0, 1, 4), TwoLayerNull.from_epsilon(1.0, 1, 4)]
+)
+def test_null_aware_laws(mech):
+    # One answered task (score 2) and one NULL, so both rows of the channel are checked.
+    out = run_js(describe(mech), {"t0": 2}, None, ["t0", "t1"])
+    keep, other = (
+        (mech.keep, (1 - mech.keep) / 4) if isinstance(mech, KRRNull) else mech._marginal()
+    )
+    symbols = [1, 2, 3, 4, None]
+    for column, true in ((0, 2), (1, None)):
+        counts = [sum(o[column] == s for o in out) for s in symbols]
+        probs = [keep if s == true else other for s in symbols]
+        assert chi_square(counts, probs) > LEVEL, (column, counts)
+
+
+def test_continuous_laws():
+    # Laplace around a fixed fill for NULL and around the answer otherwise; exp-gaussian's
+    # marginal is exactly Laplace with scale 1 / sqrt(2 rate) (its docstring's guarantee).
+    lap = LaplaceNull(scale=1.5, low=0, high=4, fill=2.0)
+    out = np.array(run_js(describe(lap), {"t0": 4}, None, ["t0", "t1"]), dtype=float)
+    assert stats.kstest(out[:, 0], stats.laplace(loc=4, scale=1.5).cdf).pvalue > LEVEL
+    assert stats.kstest(out[:, 1], stats.laplace(loc=2, scale=1.5).cdf).pvalue > LEVEL
+    gauss = ExpGaussian(rate=0.5, low=0, high=10)
+    out = np.array(run_js(describe(gauss), {"t0": 3}, None, ["t0"]), dtype=float)[:, 0]
+    law = stats.laplace(loc=3, scale=1 / np.sqrt(2 * 0.5))
+    assert stats.kstest(out, law.cdf).pvalue > LEVEL
+    # A uniform fill: a mixture of Laplace laws around the five scores.
+    uniform_fill = LaplaceNull(scale=1.0, low=0, high=4)
+    out = np.array(run_js(describe(uniform_fill), {}, None, ["t0"]), dtype=float)[:, 0]
+    mix = lambda x: np.mean([stats.laplace(loc=s, scale=1.0).cdf(x) for s in range(5)], axis=0)  # noqa: E731
+    assert stats.kstest(out, mix).pvalue > LEVEL
+
+
+def test_the_page_is_served(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from privtd.service import create_app
+
+    app = create_app(f"sqlite:///{tmp_path / 's.db'}", requester_token="t")
+    with TestClient(app) as client:
+        page = client.get("/collect")
+        assert page.status_code == 200 and "perturb.js" in page.text
+        script = client.get("/static/perturb.js")
+        assert script.status_code == 200 and "getRandomValues" in script.text
+    app.state.engine.dispose()
