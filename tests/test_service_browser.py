@@ -7,6 +7,7 @@ each check is a test at level 1e-6: a correct implementation fails one in a mill
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,6 +32,8 @@ SCRIPT = Path(__file__).parents[1] / "src" / "privtd" / "service" / "static" / "
 N = 200_000
 LEVEL = 1e-6
 
+if NODE is None and os.environ.get("PRIVTD_TEST_NODE") == "require":
+    raise RuntimeError("Node.js is required here (.ci/run sets PRIVTD_TEST_NODE=require).")
 pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node.js to run the browser module")
 
 

@@ -148,20 +148,13 @@ def summarise(
 ) -> dict[str, Any]:
     """Truths, confidence, worker quality and the privacy report, as JSON."""
     with engine.connect() as conn:
-        people = dict(
-            conn.execute(
-                sa.select(t_workers.c.id, t_workers.c.name).where(
-                    t_workers.c.campaign_id == campaign.id
-                )
-            ).all()
-        )
-        spent = dict(
-            conn.execute(
-                sa.select(t_workers.c.name, t_workers.c.spent_epsilon).where(
-                    t_workers.c.campaign_id == campaign.id
-                )
-            ).all()
-        )
+        rows = conn.execute(
+            sa.select(t_workers.c.id, t_workers.c.name, t_workers.c.spent_epsilon).where(
+                t_workers.c.campaign_id == campaign.id
+            )
+        ).all()
+    people = {r.id: r.name for r in rows}
+    spent = {r.name: r.spent_epsilon for r in rows}
     truths = estimator.truths_
     answered = np.bincount(answers.task, minlength=answers.n_tasks) > 0
     out_truths = {

@@ -492,16 +492,7 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
                 ) from None
             except sa.exc.DBAPIError as exc:  # pragma: no cover - database gone
                 raise HTTPException(503, "Database unavailable; retry with the same key.") from exc
-        return JSONResponse(
-            SubmissionOut(
-                submission_id=submission_id,
-                n_reports=len(keys),
-                epsilon=epsilon,
-                spent_epsilon=spent,
-                replayed=False,
-            ).model_dump(),
-            201,
-        )
+        return _outcome(submission_id, len(keys), epsilon, spent, replayed=False)
 
     @app.post("/campaigns/{campaign_id}/runs", status_code=202, response_model=RunOut)
     def start_run(campaign_id: str, requester_id: str = Depends(requester)) -> RunOut:
@@ -554,16 +545,23 @@ def _replay(earlier: Any, digest: str, who: Any) -> JSONResponse:
         raise HTTPException(
             409, "This idempotency key was used for a different submission; use a new key."
         )
-    return JSONResponse(
-        SubmissionOut(
-            submission_id=earlier.id,
-            n_reports=earlier.n_reports,
-            epsilon=earlier.epsilon,
-            spent_epsilon=who.spent_epsilon,
-            replayed=True,
-        ).model_dump(),
-        200,
+    return _outcome(
+        earlier.id, earlier.n_reports, earlier.epsilon, who.spent_epsilon, replayed=True
     )
+
+
+def _outcome(
+    submission_id: str, n_reports: int, epsilon: float, spent: float, *, replayed: bool
+) -> JSONResponse:
+    """201 for a stored submission, 200 for a replay of one."""
+    out = SubmissionOut(
+        submission_id=submission_id,
+        n_reports=n_reports,
+        epsilon=epsilon,
+        spent_epsilon=spent,
+        replayed=replayed,
+    )
+    return JSONResponse(out.model_dump(), 200 if replayed else 201)
 
 
 def _run(engine: sa.Engine, campaign_id: str, run_id: str) -> RunOut:
