@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from privtd import METHODS, NotFittedError, SchemaError, ValidationError, make_estimator
+from privtd import METHODS, Answers, NotFittedError, SchemaError, ValidationError, make_estimator
 from privtd.datasets import make_categorical, make_numeric
 from privtd.errors import ConvergenceWarning
 
@@ -110,6 +111,79 @@ def test_one_task(method, kind):
     assert len(est.truths_) == 1
     if kind == "numeric":
         assert one["answer"].min() <= est.truths_.iloc[0] <= one["answer"].max()
+
+
+@pytest.mark.parametrize("method, kind", CASES)
+def test_tasks_nobody_answered(method, kind):
+    # A campaign's tasks are known before anyone answers (the service fits such Answers): an
+    # unanswered task, first, between others and last, must not disturb the rest, nor warn.
+    data = toy(kind)
+    base = Answers.from_frame(data)
+    n = base.n_tasks
+    names = [base.tasks[i // 2] if i % 2 else f"empty{i}" for i in range(2 * n + 1)]
+    wide = Answers(
+        task=(2 * base.task + 1).astype(np.int32),
+        worker=base.worker,
+        value=base.value,
+        tasks=pd.Index(names),
+        workers=base.workers,
+        labels=base.labels,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = fit(method, wide)
+    alone = fit(method, data)
+    answered = est.truths_.loc[alone.truths_.index]
+    empty = est.truths_.drop(alone.truths_.index)
+    assert len(empty) == n + 1
+    if kind == "categorical":
+        assert (answered == alone.truths_).mean() >= 0.95
+        np.testing.assert_allclose(est.probas_.sum(axis=1), 1.0)
+        assert est.probas_.notna().all().all()
+    else:
+        np.testing.assert_allclose(answered, alone.truths_, rtol=1e-4, atol=1e-4)
+        assert empty.isna().all()  # nothing is known of them
+    assert np.isfinite(est.weights_["weight"]).all()
+
+
+@pytest.mark.parametrize("method, kind", CASES)
+def test_warm_start_from_a_previous_fit(method, kind):
+    data = toy(kind)
+    est = make_estimator(method)
+    if not est.warm_starts:
+        with pytest.raises(ValidationError, match="warm_start"):
+            est.fit(data, warm_start={"estimator": "X", "tasks": [], "values": []})
+        return
+    cold = fit(method, data)
+    # The state survives JSON (the service keeps it in its database between runs).
+    state = json.loads(json.dumps(cold.warm_state_))
+    warm = fit(method, data, warm_start=state)
+    # Resumed at its own fixed point, the fit stays there and stops within a few steps.
+    assert warm.n_iter_ <= max(3, cold.n_iter_ // 2), (warm.n_iter_, cold.n_iter_)
+    if kind == "categorical":
+        assert (warm.truths_ == cold.truths_).mean() >= 0.95  # near-ties may fall either way
+    else:
+        # EM stops when a step moves less than tol; a slow one (aware-gaussian: 84 steps
+        # here) is then still up to tol / (1 - rate) from its fixed point, and the resumed fit
+        # goes on towards it: 0.006 here, on truths spread over 0..10 with noise sd 2.
+        np.testing.assert_allclose(warm.truths_, cold.truths_, atol=0.02)
+    # A state that names some tasks only: the others start as usual.
+    part = dict(state, tasks=state["tasks"][:5], values=state["values"][:5])
+    assert fit(method, data, warm_start=part).truths_.index.equals(cold.truths_.index)
+    for bad, match in [
+        (dict(state, estimator="Other"), "comes from Other"),
+        (dict(state, tasks=["no-such-task", *state["tasks"][1:]]), "task"),
+        (dict(state, values=state["values"][:-1]), "warm_start values"),
+        (
+            dict(state, values=[[-1.0] * len(v) for v in state["values"]])
+            if kind == "categorical"
+            else dict(state, values=[np.nan] * len(state["values"])),
+            "warm_start",
+        ),
+        ([1, 2], "warm_state_"),
+    ]:
+        with pytest.raises(ValidationError, match=match):
+            est.fit(data, warm_start=bad)
 
 
 @pytest.mark.parametrize("method", CATEGORICAL)

@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from privtd.client import ServiceError, Worker  # noqa: E402
 from privtd.errors import BudgetExceededError  # noqa: E402
+from privtd.inference import make_estimator  # noqa: E402
 from privtd.service import create_app, db  # noqa: E402
 from privtd.service.schema import metadata  # noqa: E402
 
@@ -318,6 +319,49 @@ def test_a_retry_after_a_lost_answer_sends_the_same_reports_once(live, tmp_path)
     assert counts(api) == (1, 2)
 
 
+def test_a_rerun_resumes_from_the_previous_fit(api):
+    # Reports drawn here with a fixed seed (as a worker's device would send them after
+    # one-layer RR: right with probability 0.75), so the iteration counts are reproducible.
+    rng = np.random.default_rng(1)
+    truth = rng.integers(0, 2, 20)
+    made = make_campaign(api, epsilon=2.0, budget=20 * 2.0)
+    cid = made["id"]
+
+    def answer(w):
+        right = rng.random(20) < 0.75
+        values = [LABELS[t if r else 1 - t] for t, r in zip(truth, right, strict=True)]
+        body = submission(values, params=made["mechanism"]["params"])
+        assert post(api, cid, body, enrol(api, cid, f"w{w}")).status_code == 201
+
+    def run():
+        started = api.post(f"/campaigns/{cid}/runs", headers=AUTH).json()
+        return wait(api, cid, started["run_id"])
+
+    for w in range(10):
+        answer(w)
+    first = run()
+    assert first["status"] == "done" and first["warm_start_from"] is None
+    for w in range(10, 15):
+        answer(w)
+    second = run()
+    assert second["warm_start_from"] == first["run_id"] and second["n_reports"] == 300
+    # The resumed fit lands where a fit from scratch on the same reports does.
+    from privtd.service import aggregate
+    from privtd.service.schema import campaigns
+
+    with api.app_state.engine.connect() as conn:
+        row = conn.execute(sa.select(campaigns).where(campaigns.c.id == cid)).first()
+    answers, mech = aggregate.load(api.app_state.engine, row)
+    cold = make_estimator(row.method, mechanism=mech).fit(answers)
+    result = api.get(f"/campaigns/{cid}/results", headers=AUTH).json()
+    assert [result["truths"][f"t{i}"] for i in range(20)] == cold.truths_.tolist()
+    assert second["iteration"] <= cold.n_iter_
+    # Nothing new: the third run starts at the fixed point and stops at once.
+    third = run()
+    assert third["warm_start_from"] == second["run_id"]
+    assert third["iteration"] <= max(3, second["iteration"] // 2)
+
+
 def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
     base, api = live
     made = make_campaign(
@@ -336,6 +380,9 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
         assert out["n_reports"] == 20  # the whole row
     run = api.post(f"/campaigns/{made['id']}/runs", headers=AUTH).json()
     assert wait(api, made["id"], run["run_id"])["status"] == "done"
+    again = api.post(f"/campaigns/{made['id']}/runs", headers=AUTH).json()
+    # aware-null fits each task on its own in a few steps; it has no state to resume from.
+    assert wait(api, made["id"], again["run_id"])["warm_start_from"] is None
     result = api.get(f"/campaigns/{made['id']}/results", headers=AUTH).json()
     assert result["privacy"]["unit"] == "cell"
     assert all(1 <= v <= 5 for v in result["truths"].values())
@@ -398,3 +445,88 @@ def test_load_script_survives_kill_9_exactly_once():
     assert result["exactly_once"] and result["answers"] == 20000
     assert result["stored_reports"] == 20000
     assert result["retries"] > 0  # the kill did land in the middle of the load
+
+
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a closed network (no background connections to Google's hosts); --no-sandbox
+# because CI runs as root. The resolver rule serves the page from a host that is not
+# localhost, so it runs in an insecure context as it would over plain http on a real network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP privtd.test 127.0.0.1",
+]
+
+
+@pytest.fixture
+def browser():
+    if not (os.path.exists(CHROMIUM) and _importable("playwright")):
+        if os.environ.get("PRIVTD_TEST_BROWSER") == "require":
+            pytest.fail("Chromium (/usr/bin/chromium) and playwright are required here.")
+        pytest.skip("needs Debian's chromium and the playwright package")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def _importable(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def test_the_browser_page_perturbs_submits_and_retries(live, browser):
+    base, api = live
+    made = make_campaign(api, epsilon=2.0, budget=10.0, tasks=[{"key": f"t{i}"} for i in range(5)])
+    page = browser.new_page()
+    page.set_default_timeout(10_000)
+    sent = []
+    page.on("request", lambda r: sent.append(r) if r.method == "POST" else None)
+    page.goto(base.replace("127.0.0.1", "privtd.test") + f"/collect?campaign={made['id']}")
+    assert not page.evaluate("isSecureContext")
+    page.get_by_text("Mechanism one-layer").wait_for()
+    page.fill("#name", "dana")
+    page.click("text=Enrol")
+    page.locator("select[data-task=t4]").wait_for()
+    for i in range(4):  # t4 left at "(skip)"
+        page.select_option(f"select[data-task=t{i}]", "yes")
+
+    # The acknowledgement is lost: the server stores the submission, the page sees a failure.
+    def lose_the_answer(route):
+        # Playwright fetches from its own process, which does not know the resolver rule.
+        route.fetch(url=route.request.url.replace("privtd.test", "127.0.0.1"))
+        route.abort()
+
+    page.route("**/submissions", lose_the_answer)
+    page.click("text=Randomize and send")
+    page.get_by_text("Not sent yet").wait_for()
+    assert counts(api) == (1, 4)
+    page.unroute("**/submissions")
+    # Reopened, the page resends the stored body under the same key: answered, not stored again.
+    page.reload()
+    page.get_by_text("Sent 4 randomized answer(s)").wait_for()
+    assert counts(api) == (1, 4)
+    first, retry = [r for r in sent if r.url.endswith("/submissions")]
+    assert first.post_data == retry.post_data
+    assert first.headers["idempotency-key"] == retry.headers["idempotency-key"]
+    body = json.loads(first.post_data)
+    assert body["mechanism"] == {"name": "one-layer", "params": made["mechanism"]["params"]}
+    assert sorted(r["task"] for r in body["reports"]) == ["t0", "t1", "t2", "t3"]
+    assert {r["value"] for r in body["reports"]} <= set(LABELS)
+    # 8 of 10 spent: four more answers would cost 8, so the page refuses before sending.
+    page.locator("select[data-task=t0]").wait_for()
+    for i in range(4):
+        page.select_option(f"select[data-task=t{i}]", "no")
+    page.click("text=Randomize and send")
+    page.get_by_text("Refused here").wait_for()
+    assert counts(api) == (1, 4)
+    run = api.post(f"/campaigns/{made['id']}/runs", headers=AUTH).json()
+    assert wait(api, made["id"], run["run_id"])["n_reports"] == 4

@@ -52,6 +52,75 @@ class Gold:
         return cls(index, value)
 
 
+class WarmStart:
+    """A previous fit's state (its ``warm_state_``) coded against new :class:`Answers`: per
+    task, label probabilities (categorical; rows sum to 1) or a truth (numeric), for the tasks
+    it names, and the model's global arrays by name (an estimator reads those it knows)."""
+
+    __slots__ = ("index", "value", "model")
+
+    def __init__(self, index: np.ndarray, value: np.ndarray, model: dict[str, np.ndarray]) -> None:
+        self.index = index
+        self.value = value
+        self.model = model
+
+    @classmethod
+    def encode(cls, answers: Answers, state: Any, owner: str) -> WarmStart | None:
+        if state is None:
+            return None
+        if isinstance(state, Estimator):
+            state = state.warm_state_
+        if not isinstance(state, Mapping) or not {"estimator", "tasks", "values"} <= set(state):
+            raise ValidationError(
+                "warm_start is a previous fit's warm_state_ (or the fitted estimator itself)."
+            )
+        if state["estimator"] != owner:
+            raise ValidationError(
+                f"warm_start comes from {state['estimator']}; this is {owner}. "
+                "Start from a fit of the same method."
+            )
+        index = answers.encode_tasks(list(state["tasks"]), "warm_start")
+        try:
+            value = np.asarray(state["values"], dtype=np.float64)
+            model = {k: np.asarray(v, dtype=np.float64) for k, v in state.get("model", {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("warm_start values must be numbers.") from exc
+        if answers.labels is not None:
+            columns = answers.encode_labels(list(state.get("labels") or []), "warm_start")
+            if value.shape != (len(index), len(columns)):
+                raise ValidationError(
+                    "warm_start values must hold one probability per label for each task."
+                )
+            rows = np.zeros((len(index), answers.n_labels))
+            rows[:, columns] = value
+            total = rows.sum(axis=1, keepdims=True)
+            if not ((rows >= 0).all() and (total > 0).all() and np.isfinite(total).all()):
+                raise ValidationError(
+                    "warm_start probabilities must be finite, non-negative and not all zero."
+                )
+            value = rows / total
+        elif value.shape != (len(index),) or not np.isfinite(value).all():
+            raise ValidationError("warm_start values must be one finite truth per task.")
+        return cls(index, value, model)
+
+    def apply(self, initial: np.ndarray) -> np.ndarray:
+        """``initial`` with the started tasks' rows replaced (in place; returned)."""
+        initial[self.index] = self.value
+        return initial
+
+    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        """The model array ``name`` if the state has it with this shape (a state from a fit
+        with other settings, e.g. another grid size, is an error rather than a silent skip)."""
+        if name not in self.model:
+            return None
+        if self.model[name].shape != shape:
+            raise ValidationError(
+                f"warm_start's {name} has shape {self.model[name].shape}, not {shape}: it comes "
+                "from a fit with other parameters. Start from a fit with the same ones."
+            )
+        return self.model[name]
+
+
 class Estimator(ABC):
     """Base class: ``fit(answers, *, gold=None) -> self``; results in attributes ending in ``_``.
 
@@ -72,11 +141,20 @@ class Estimator(ABC):
 
     kinds: ClassVar[tuple[str, ...]] = ("categorical",)
     iterative: ClassVar[bool] = False
+    #: Whether ``fit`` takes ``warm_start=`` (iterative models that can resume from a previous
+    #: fit's per-task posteriors or truths and global state).
+    warm_starts: ClassVar[bool] = False
     #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress bar).
     progress: Callable[[int, int], None] | None = None
 
     # ---------------------------------------------------------------- public API
-    def fit(self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None) -> Estimator:
+    def fit(
+        self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None, warm_start: Any = None
+    ) -> Estimator:
+        """Fit on ``answers``. ``gold`` fixes some tasks' truths. ``warm_start`` (a previous
+        fit's ``warm_state_``, or that fitted estimator) resumes an iterative model from where
+        it stopped instead of the usual first guess: after new answers arrive, few iterations
+        are left to do. Tasks the state does not name start as usual."""
         ans = as_answers(answers)
         if ans.kind not in self.kinds:
             raise ValidationError(
@@ -86,7 +164,10 @@ class Estimator(ABC):
         self._validate_params()
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
+        if warm_start is not None and not self.warm_starts:
+            raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
         self._answers = ans
+        self._warm = WarmStart.encode(ans, warm_start, type(self).__name__)
         self._fit(ans, Gold.encode(ans, gold))
         return self
 
@@ -100,6 +181,27 @@ class Estimator(ABC):
         if self.probas_ is None:
             raise ValidationError(f"{type(self).__name__} has no per-task probabilities.")
         return self.probas_
+
+    @property
+    def warm_state_(self) -> dict[str, Any]:
+        """What ``fit(..., warm_start=)`` resumes from, as plain lists (JSON-ready): the
+        per-task posteriors (categorical) or truths (numeric; unanswered tasks left out) and
+        the model's global arrays."""
+        if not self.warm_starts:
+            raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
+        answers = self._answers
+        if answers.labels is not None:
+            tasks, values = answers.tasks, self._proba
+        else:
+            known = ~np.isnan(self._truth_codes)
+            tasks, values = answers.tasks[known], self._truth_codes[known]
+        return {
+            "estimator": type(self).__name__,
+            "tasks": tasks.tolist(),
+            "values": values.tolist(),
+            "labels": None if answers.labels is None else answers.labels.tolist(),
+            "model": {k: np.asarray(v).tolist() for k, v in self._model_state.items()},
+        }
 
     def get_params(self) -> dict[str, Any]:
         return {
@@ -148,8 +250,10 @@ class Estimator(ABC):
         n_iter: int = 1,
         converged: bool = True,
         objective: list[float] | np.ndarray | None = None,
+        model_state: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        """Map code-level results back to the original ids and labels, once."""
+        """Map code-level results back to the original ids and labels, once. ``model_state``:
+        the global arrays a warm start resumes from (see ``warm_state_``)."""
         if answers.labels is not None:
             self.truths_ = pd.Series(answers.labels.take(truth), index=answers.tasks, name="truth")
             self.probas_ = (
@@ -162,6 +266,7 @@ class Estimator(ABC):
             self.probas_ = None
         self._truth_codes = truth
         self._proba = proba
+        self._model_state = dict(model_state or {})
         columns: dict[str, np.ndarray] = {
             "weight": np.ones(answers.n_workers) if weight is None else weight,
             "n_answers": answers.worker_counts(),

@@ -15,7 +15,15 @@ from .._rng import RNGLike
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice
-from ._ops import SortedByTask, argmax_ties, vote_matrix, weighted_mean_from_sums
+from ._ops import (
+    SortedByTask,
+    argmax_ties,
+    largest_change,
+    shares,
+    task_mean,
+    vote_matrix,
+    weighted_mean_from_sums,
+)
 
 _FLOOR = 1e-12
 
@@ -31,6 +39,7 @@ class LossWeightedEstimator(Estimator):
 
     kinds: ClassVar[tuple[str, ...]] = ("categorical", "numeric")
     iterative = True
+    warm_starts = True
     #: "squared" or "absolute" for numeric answers; categorical answers always use 0-1 loss.
     numeric_loss: str = "squared"
     #: Divide numeric losses by each task's answer standard deviation (CRH does, CATD does not).
@@ -66,6 +75,8 @@ class LossWeightedEstimator(Estimator):
         rng = getattr(self, "rng", None)
         votes = vote_matrix(t, x, n_t, k)
         truth = argmax_ties(votes, tie_break, rng)
+        if self._warm is not None:
+            truth[self._warm.index] = self._warm.value.argmax(axis=1)
         if gold is not None:
             truth[gold.index] = gold.value
         objective: list[float] = []
@@ -86,8 +97,7 @@ class LossWeightedEstimator(Estimator):
             if changed <= self.tol:
                 converged = True
                 break
-        total = votes.sum(axis=1, keepdims=True)
-        proba = np.divide(votes, total, out=np.full_like(votes, 1.0 / k), where=total > 0)
+        proba = shares(votes)
         self._set_results(
             answers,
             truth,
@@ -112,12 +122,14 @@ class LossWeightedEstimator(Estimator):
             assert sorted_ is not None
             truth = sorted_.median()
         else:
-            truth = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
+            truth = task_mean(t, x, n_t)
+        if self._warm is not None:
+            self._warm.apply(truth)
         if gold is not None:
             truth[gold.index] = gold.value
         inv_scale = np.ones(n_t)
         if self.normalize_by_std:
-            n_q = answers.task_counts()
+            n_q = np.maximum(answers.task_counts(), 1)  # an unanswered task's scale is unused
             mean = np.bincount(t, weights=x, minlength=n_t) / n_q
             var = np.bincount(t, weights=(x - mean[t]) ** 2, minlength=n_t) / n_q
             inv_scale = 1.0 / np.maximum(np.sqrt(var), _FLOOR)
@@ -139,7 +151,7 @@ class LossWeightedEstimator(Estimator):
                 new = sorted_.weighted_median(weight[w])
             if gold is not None:
                 new[gold.index] = gold.value
-            change = float(np.max(np.abs(new - truth)))
+            change = largest_change(new, truth)
             truth = new
             if change < self.tol:
                 converged = True

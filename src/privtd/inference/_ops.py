@@ -18,6 +18,13 @@ def vote_matrix(
     return _kernels.label_counts(task, value, n_tasks, n_labels)
 
 
+def shares(votes: np.ndarray) -> np.ndarray:
+    """Rows scaled to sum to 1; a task nobody answered gets the uniform row, not NaN (a NaN row
+    would spread through every EM update that sums over tasks)."""
+    total = votes.sum(axis=1, keepdims=True)
+    return np.divide(votes, total, out=np.full(votes.shape, 1.0 / votes.shape[1]), where=total > 0)
+
+
 def argmax_ties(scores: np.ndarray, tie_break: str = "first", rng: RNGLike = None) -> np.ndarray:
     """Row argmax; ties go to the smallest code ("first") or uniformly at random ("random")."""
     if tie_break == "first":
@@ -38,16 +45,26 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
+def task_mean(task: np.ndarray, value: np.ndarray, n_tasks: int) -> np.ndarray:
+    """The plain mean of each task's answers; NaN for a task nobody answered."""
+    total = np.bincount(task, weights=value, minlength=n_tasks)
+    count = np.bincount(task, minlength=n_tasks)
+    return np.divide(total, count, out=np.full(n_tasks, np.nan), where=count > 0)
+
+
+def largest_change(new: np.ndarray, old: np.ndarray) -> float:
+    """max |new - old| over the tasks that have an estimate (NaN marks an unanswered task)."""
+    return float(np.fmax.reduce(np.abs(new - old), initial=0.0))
+
+
 def weighted_mean_from_sums(
     num: np.ndarray, den: np.ndarray, task: np.ndarray, value: np.ndarray, n_tasks: int
 ) -> np.ndarray:
-    """``num / den`` per task; a task whose weights sum to 0 gets the plain mean."""
+    """``num / den`` per task; a task whose weights sum to 0 gets the plain mean, and one with
+    no answers NaN (nothing is known of it)."""
     bad = ~(den > 0)
     if bad.any():
-        plain = np.bincount(task, weights=value, minlength=n_tasks) / np.maximum(
-            np.bincount(task, minlength=n_tasks), 1
-        )
-        num = np.where(bad, plain, num)
+        num = np.where(bad, task_mean(task, value, n_tasks), num)
         den = np.where(bad, 1.0, den)
     return num / den
 
@@ -56,6 +73,7 @@ class SortedByTask:
     """Answers sorted once by (task, value), for weighted medians and per-task medians.
 
     The order never changes across iterations (only the weights do), so the sort is paid once.
+    A task with no answers has median NaN.
     """
 
     def __init__(self, task: np.ndarray, value: np.ndarray, n_tasks: int) -> None:
@@ -66,6 +84,15 @@ class SortedByTask:
         self.start = np.concatenate(([0], np.cumsum(counts)[:-1]))
         self.counts = counts
         self.n_tasks = n_tasks
+        self.empty = counts == 0
+
+    def _pick(self, index: np.ndarray) -> np.ndarray:
+        if not self.empty.any():
+            return self.value[index]
+        # An unanswered task's index points past its (empty) slice: read answer 0, then NaN.
+        out = self.value[np.where(self.empty, 0, index)].astype(np.float64)
+        out[self.empty] = np.nan
+        return out
 
     def weighted_median(self, weight_per_answer: np.ndarray) -> np.ndarray:
         """First value per task where the cumulative weight reaches half the task's total.
@@ -87,10 +114,10 @@ class SortedByTask:
         none = ~(total > 0)
         if none.any():
             first[none] = self.start[none] + (self.counts[none] - 1) // 2
-        return self.value[first]
+        return self._pick(first)
 
     def median(self) -> np.ndarray:
         """Per-task median (mean of the two middle values for even counts)."""
         lo = self.start + (self.counts - 1) // 2
         hi = self.start + self.counts // 2
-        return 0.5 * (self.value[lo] + self.value[hi])
+        return 0.5 * (self._pick(lo) + self._pick(hi))

@@ -31,7 +31,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
-from ._ops import SortedByTask
+from ._ops import SortedByTask, largest_change, weighted_mean_from_sums
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
@@ -100,6 +100,7 @@ class AwareGaussian(Estimator):
 
     kinds = ("numeric",)
     iterative = True
+    warm_starts = True
 
     def __init__(
         self,
@@ -129,6 +130,8 @@ class AwareGaussian(Estimator):
         counts = answers.worker_counts().astype(np.float64)
 
         m = SortedByTask(t, x, n_t).median()
+        if self._warm is not None:
+            self._warm.apply(m)
         if gold is not None:
             m[gold.index] = gold.value
         # The grids span the answers' own scale: from far below the median worker's squared
@@ -146,20 +149,20 @@ class AwareGaussian(Estimator):
         tau = np.geomspace(max(spread * 1e-6, noise_low), top + noise_top, self.grid)
         conv = convolution_matrix(sigma2, tau, law)
         g0 = np.full(sigma2.size, 1.0 / sigma2.size)
-        g = g0.copy()
+        g = g0.copy() if self._warm is None else self._resume_prior(sigma2, g0)
         inv_tau = 1.0 / tau
         scale = float(np.sqrt(spread))
 
         objective: list[float] = []
         converged = False
         n_iter = 0
-        precision: np.ndarray = np.ones(n_t)
+        post_var: np.ndarray = np.ones(n_t)  # of each truth; infinite for an unanswered task
         ones = np.ones(n_t)
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
             if n_iter > 1:  # the truths' own uncertainty, E[(x - t)^2] = (x - m)^2 + 1 / P
-                sq += _kernels.worker_sum(w, t, 1.0 / precision, n_w)
+                sq += _kernels.worker_sum(w, t, post_var, n_w)
             pi = g @ conv
             expect, mean_post, log_norm = variance_posterior(counts, sq, pi, tau, inv_tau[:, None])
             objective.append(float(log_norm.sum()) / answers.n_answers)
@@ -169,10 +172,11 @@ class AwareGaussian(Estimator):
 
             weight = expect[:, 0]
             total, precision = _kernels.weighted_task_sums(t, w, x, weight, n_t)
-            new = total / precision
+            new = weighted_mean_from_sums(total, precision, t, x, n_t)
+            post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
             if gold is not None:
                 new[gold.index] = gold.value
-            change = float(np.abs(new - m).max()) / scale
+            change = largest_change(new, m) / scale
             m = new
             if change < self.tol:
                 converged = True
@@ -181,12 +185,12 @@ class AwareGaussian(Estimator):
         # The workers' posteriors from the last truths (the loop updated G since), and the
         # posterior over sigma^2 given tau: p(k | m) = G_k C[k, m] / pi_m.
         sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
-        sq += _kernels.worker_sum(w, t, 1.0 / precision, n_w)
+        sq += _kernels.worker_sum(w, t, post_var, n_w)
         pi = g @ conv
         own_cell = (sigma2 * g) @ conv / np.maximum(pi, 1e-300)
         targets = np.column_stack([inv_tau, tau, own_cell])
         expect, _, _ = variance_posterior(counts, sq, pi, tau, targets)
-        self.truth_sd_ = np.sqrt(1.0 / precision)
+        self.truth_sd_ = np.sqrt(post_var)
         self.variance_prior_ = g
         self._set_results(
             answers,
@@ -196,4 +200,20 @@ class AwareGaussian(Estimator):
             converged=converged,
             objective=objective,
             worker_columns={"variance": expect[:, 1], "own_variance": expect[:, 2]},
+            model_state={"variance_grid": sigma2, "variance_prior": g},
         )
+
+    def _resume_prior(self, sigma2: np.ndarray, g0: np.ndarray) -> np.ndarray:
+        """A previous fit's G moved onto this fit's grid (the grid follows the answers' scale,
+        so it moves as answers arrive): each old point's mass goes to the nearest new point in
+        log scale, zero to zero."""
+        assert self._warm is not None
+        old_grid = self._warm.array("variance_grid", (self.grid,))
+        old_g = self._warm.array("variance_prior", (self.grid,))
+        if old_grid is None or old_g is None:
+            return g0.copy()
+        log_new = np.log(sigma2[1:])
+        log_old = np.log(np.maximum(old_grid[1:], 1e-300))
+        nearest = np.abs(log_old[:, None] - log_new[None, :]).argmin(axis=1) + 1
+        g = np.bincount(np.concatenate([[0], nearest]), weights=old_g, minlength=sigma2.size)
+        return g / g.sum()

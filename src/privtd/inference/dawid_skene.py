@@ -7,16 +7,19 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, _check_float
-from ._ops import vote_matrix
+from ._base import Estimator, Gold, WarmStart, _check_float
+from ._ops import shares, vote_matrix
 
 EPS = 1e-10
 
 
-def soft_majority(answers: Answers, gold: Gold | None) -> np.ndarray:
-    """Label frequencies per task, the usual EM start; gold rows are one-hot."""
+def soft_majority(answers: Answers, gold: Gold | None, warm: WarmStart | None = None) -> np.ndarray:
+    """Label frequencies per task, the usual EM start, or a warm start's posteriors where it
+    has them; gold rows are one-hot."""
     votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)
-    mu = votes / votes.sum(axis=1, keepdims=True)
+    mu = shares(votes)
+    if warm is not None:
+        warm.apply(mu)
     return fix_gold(mu, gold)
 
 
@@ -59,6 +62,7 @@ class DawidSkene(Estimator):
     """
 
     iterative = True
+    warm_starts = True
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-5, smoothing: float = 0.0) -> None:
         self.max_iter = max_iter
@@ -76,7 +80,7 @@ class DawidSkene(Estimator):
         wx = layout.worker.astype(np.int64) * k + layout.value
         wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
         gold_labels = gold_array(gold, n_t)
-        mu = soft_majority(answers, gold)
+        mu = soft_majority(answers, gold, self._warm)
         prior = mu.mean(axis=0)
         confusion = self._normalise(_kernels.gather_scatter(wx, layout.task, mu, n_w * k), n_w, k)
         objective: list[float] = []

@@ -11,6 +11,7 @@ from scipy.special import expit
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import Estimator, Gold, _check_float
+from ._ops import shares, vote_matrix
 
 
 class LatentClass(Estimator):
@@ -27,6 +28,7 @@ class LatentClass(Estimator):
     """
 
     iterative = True
+    warm_starts = True
 
     def __init__(self, max_iter: int = 500, tol: float = 1e-4, eta: float = 1e-6) -> None:
         self.max_iter = max_iter
@@ -46,7 +48,9 @@ class LatentClass(Estimator):
         t, w = answers.task, answers.worker
         x = answers.value.astype(np.float64)
         n_t, n_w = answers.n_tasks, answers.n_workers
-        mu = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
+        mu = shares(vote_matrix(t, answers.value, n_t, 2))[:, 1]
+        if self._warm is not None:
+            mu[self._warm.index] = self._warm.value[:, 1]
         if gold is not None:
             mu[gold.index] = gold.value
         objective: list[float] = []

@@ -8,7 +8,7 @@ from .._rng import RNGLike
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice
-from ._ops import argmax_ties, vote_matrix
+from ._ops import argmax_ties, shares, vote_matrix
 
 
 class MajorityVote(Estimator):
@@ -35,7 +35,7 @@ class MajorityVote(Estimator):
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)
-        proba = votes / votes.sum(axis=1, keepdims=True)
+        proba = shares(votes)
         if gold is not None:
             proba[gold.index] = np.eye(answers.n_labels)[gold.value]
         truth = argmax_ties(proba, self.tie_break, self.rng)

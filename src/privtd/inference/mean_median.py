@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..answers import Answers
 from ._base import Estimator, Gold
-from ._ops import SortedByTask
+from ._ops import SortedByTask, task_mean
 
 
 class Mean(Estimator):
@@ -15,8 +13,7 @@ class Mean(Estimator):
     kinds = ("numeric",)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        counts = answers.task_counts()
-        truth = np.bincount(answers.task, weights=answers.value, minlength=answers.n_tasks) / counts
+        truth = task_mean(answers.task, answers.value, answers.n_tasks)
         if gold is not None:
             truth[gold.index] = gold.value
         self._set_results(answers, truth)

@@ -25,6 +25,7 @@ class OneCoinDawidSkene(Estimator):
     """
 
     iterative = True
+    warm_starts = True
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-5) -> None:
         self.max_iter = max_iter
@@ -35,7 +36,7 @@ class OneCoinDawidSkene(Estimator):
         counts = answers.worker_counts()
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
-        mu = soft_majority(answers, gold)
+        mu = soft_majority(answers, gold, self._warm)
         prior = mu.mean(axis=0)
         skill = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w) / counts
         objective: list[float] = []

@@ -126,6 +126,7 @@ class AwareOneCoin(Estimator):
     """
 
     iterative = True
+    warm_starts = True
 
     def __init__(
         self,
@@ -176,16 +177,22 @@ class AwareOneCoin(Estimator):
         counts = answers.worker_counts().astype(np.float64)
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         gold_labels = gold_array(gold, n_t)
-        start_mu = soft_majority(answers, gold)
+        start_mu = soft_majority(answers, gold, self._warm)
         basis = np.column_stack([log_right_grid, log_wrong_grid])
         grids = (g0, conv, basis)
-        fit = self._em(answers, layout, counts, gold_labels, start_mu, grids)
+        resume = None
+        if self._warm is not None:
+            resume = (
+                self._warm.array("accuracy_prior", (self.grid,)),
+                self._warm.array("class_prior", (k,)),
+            )
+        fit = self._em(answers, layout, counts, gold_labels, start_mu, grids, resume)
         if k == 2 and gold is None:
             # With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every
             # label swapped, every worker's accuracy A -> 1 - A) explain the reports almost
             # equally well, and EM can land in either. Keep the orientation in which most
             # workers tell the truth: the one that agrees with majority vote more.
-            majority = start_mu.argmax(axis=1)
+            majority = soft_majority(answers, gold).argmax(axis=1)
             agree = float((fit[0].argmax(axis=1) == majority).mean())
             if agree < 0.5:
                 mirror = self._em(answers, layout, counts, gold_labels, fit[0][:, ::-1], grids)
@@ -212,6 +219,7 @@ class AwareOneCoin(Estimator):
                 "accuracy": expect[:, 3],
                 "log_odds": log_right - log_wrong,
             },
+            model_state={"accuracy_prior": g, "class_prior": prior},
         )
 
     def _em(
@@ -222,13 +230,18 @@ class AwareOneCoin(Estimator):
         gold_labels: np.ndarray,
         mu: np.ndarray,
         grids: tuple[np.ndarray, np.ndarray, np.ndarray],
+        resume: tuple[np.ndarray | None, np.ndarray | None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
-        """Variational EM from the task posteriors ``mu``; returns the posteriors, the expected
-        matches per worker, ``G``, the class prior, iterations, convergence and objective."""
+        """Variational EM from the task posteriors ``mu`` (and, resuming a previous fit, its
+        ``G`` and class prior); returns the posteriors, the expected matches per worker, ``G``,
+        the class prior, iterations, convergence and objective."""
         g0, conv, basis = grids
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        g = g0.copy()
+        g_start, prior_start = resume or (None, None)
+        g = g0.copy() if g_start is None else g_start.copy()
         prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
+        if prior_start is not None and self.class_prior == "learned":
+            prior = prior_start.copy()
         matches = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w)
         objective: list[float] = []
         converged = False

@@ -10,6 +10,7 @@ from scipy.special import expit
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import Estimator, Gold, _check_float
+from ._ops import shares, vote_matrix
 
 
 class PrivateDawidSkene(Estimator):
@@ -84,7 +85,7 @@ class PrivateDawidSkene(Estimator):
         n_t, n_w = answers.n_tasks, answers.n_workers
         counts = answers.worker_counts()
         if isinstance(self.init, str):
-            y = np.bincount(t, weights=x, minlength=n_t) / answers.task_counts()
+            y = shares(vote_matrix(t, answers.value, n_t, 2))[:, 1]
         else:
             y = np.asarray(self.init, dtype=np.float64)
             if y.shape != (n_t,) or not (

@@ -1,6 +1,7 @@
 """Aggregation runs: the campaign's reports read straight from the database into integer-coded
 arrays, the campaign's estimator fitted in a background thread, progress and results written
-back to the run's row."""
+back to the run's row. A run resumes from the newest finished run's fit (warm start) where the
+estimator can: answers only accumulate, so most of the previous fit still holds."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from ..answers import Answers
-from ..errors import ConvergenceWarning, PrivtdError
+from ..errors import ConvergenceWarning, PrivtdError, ValidationError
 from ..inference import AWARE_METHOD, make_estimator
 from . import campaigns
 from .schema import reports as t_reports
@@ -57,6 +58,21 @@ class Runner:
         self.pool.submit(self._run, run_id, campaign)
         return run_id
 
+    def _previous(self, campaign: Any) -> Any:
+        """The newest finished run of this campaign's method that kept its state, or None."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.select(t_runs.c.id, t_runs.c.state)
+                .where(
+                    t_runs.c.campaign_id == campaign.id,
+                    t_runs.c.status == "done",
+                    t_runs.c.method == campaign.method,
+                    t_runs.c.state.is_not(None),
+                )
+                .order_by(t_runs.c.created_at.desc())
+                .limit(1)
+            ).first()
+
     def _update(self, run_id: str, **values: Any) -> None:
         with self.engine.begin() as conn:
             conn.execute(t_runs.update().where(t_runs.c.id == run_id).values(**values))
@@ -70,6 +86,7 @@ class Runner:
             if campaign.method in AWARE_METHOD.values():
                 params["mechanism"] = mech
             estimator = make_estimator(campaign.method, **params)
+            previous = self._previous(campaign) if estimator.warm_starts else None
             last = [0.0]
 
             def progress(n_iter: int, max_iter: int) -> None:
@@ -79,16 +96,29 @@ class Runner:
                     self._update(run_id, iteration=n_iter, max_iter=max_iter)
 
             estimator.progress = progress
-            self._update(run_id, status="running", n_reports=answers.n_answers)
+            self._update(
+                run_id,
+                status="running",
+                n_reports=answers.n_answers,
+                warm_from=None if previous is None else previous.id,
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                estimator.fit(answers)
+                try:
+                    estimator.fit(answers, warm_start=None if previous is None else previous.state)
+                except ValidationError:
+                    if previous is None:
+                        raise
+                    # A state this version cannot resume (an older model's arrays): fit afresh.
+                    self._update(run_id, warm_from=None)
+                    estimator.fit(answers)
             result = summarise(estimator, answers, mech, campaign, self.engine)
             self._update(
                 run_id,
                 status="done",
                 iteration=estimator.n_iter_,
                 result=result,
+                state=estimator.warm_state_ if estimator.warm_starts else None,
                 finished_at=now(),
             )
         except PrivtdError as exc:

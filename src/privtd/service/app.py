@@ -131,6 +131,8 @@ class RunOut(BaseModel):
     iteration: int
     max_iter: int
     error: str | None
+    #: The finished run whose fit this one resumed from (None: fitted from scratch).
+    warm_start_from: str | None
 
 
 # ---------------------------------------------------------------------------- limits
@@ -579,4 +581,5 @@ def _run(engine: sa.Engine, campaign_id: str, run_id: str) -> RunOut:
         iteration=row.iteration,
         max_iter=row.max_iter,
         error=row.error,
+        warm_start_from=row.warm_from,
     )

@@ -96,6 +96,10 @@ runs = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     # Truths, confidence, worker quality and the privacy report, as one JSON document.
     sa.Column("result", sa.JSON, nullable=True),
+    # The fit's warm_state_, for the next run to resume from, and the run this one resumed.
+    # none_as_null: a method without a state stores SQL NULL, not JSON null.
+    sa.Column("state", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("warm_from", sa.String(36), nullable=True),
 )
 
 sa.Index("ix_runs_campaign", runs.c.campaign_id, runs.c.created_at)
