@@ -7,7 +7,7 @@ The reports are written to the database directly (this measures aggregation, not
 the other 5%, a second run that resumes from the first; then the same reports fitted from
 scratch (the stored states cleared), to compare time, iterations and truths.
 
-    python benchmarks/bench_service_aggregate.py [--db URL] [--answers 1000000]
+    python benchmarks/bench_service_aggregate.py [--db URL] [--answers 1000000] [--method ds]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--db", help="database URL (default: a fresh SQLite file)")
     parser.add_argument("--answers", type=int, default=1_000_000)
     parser.add_argument("--per-task", type=int, default=10)
+    parser.add_argument("--method", default="aware-one-coin", help="the campaign's estimator")
     args = parser.parse_args()
     url = args.db or f"sqlite:///{tempfile.mkdtemp(prefix='privtd-agg-')}/agg.db"
     engine = db.connect(url)
@@ -59,7 +60,7 @@ def main() -> None:
             mechanism_params={"f": float(mech.f), "n_labels": 2},
             labels=["a", "b"],
             budget_epsilon=1e6,
-            method="aware-one-coin",
+            method=args.method,
             created_at=now,
         )
         conn.execute(campaigns.insert().values(**row))
@@ -157,7 +158,7 @@ def main() -> None:
         f"({first.iteration} iterations; target 30 s: {verdict}); writing them took "
         f"{written:.1f} s"
     )
-    print(f"({np.unique(released.task).size:,} tasks, {n_workers:,} workers, aware-one-coin)")
+    print(f"({np.unique(released.task).size:,} tasks, {n_workers:,} workers, {args.method})")
     same = np.mean([warm.result["truths"][k] == v for k, v in cold.result["truths"].items()])
     print(
         f"{kind}: +{int(late.sum()):,} reports ({warm.n_reports:,} in all): resumed run "

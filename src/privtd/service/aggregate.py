@@ -147,11 +147,15 @@ def load(engine: sa.Engine, campaign: Any) -> tuple[Answers | None, Any]:
             .scalars()
             .all()
         )
-        rows = conn.execute(
+        result = conn.execute(
             sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value).where(
                 t_reports.c.campaign_id == campaign.id
             )
-        ).all()
+        )
+        # The driver's plain tuples: these columns need no type processing, and building a
+        # frame from SQLAlchemy's Row objects took 9 of a million-report run's 11 seconds.
+        rows = result.cursor.fetchall()
+        result.close()
     if not rows:
         return None, mech
     frame = pd.DataFrame(rows, columns=["task", "worker", "value"])
