@@ -301,17 +301,17 @@ def bigdata18(table: pd.DataFrame, real: pd.DataFrame | None) -> list[Check]:
     if "aware_rr" in table:
         frames = [table] if real is None or "aware_rr" not in real else [table, real]
         both = pd.concat([f[[*mechs, "aware_rr", "aware_two_layer"]] for f in frames])
-        same = int(((both.aware_rr < both.rr) & (both.aware_two_layer < both.two_layer)).sum())
+        lower = int(((both.aware_rr < both.rr) & (both.aware_two_layer < both.two_layer)).sum())
         aware = both[["aware_rr", "aware_two_layer"]].min(axis=1)
-        best = int((aware < both[mechs].min(axis=1)).sum())
+        n_best = int((aware < both[mechs].min(axis=1)).sum())
         out.append(
             _check(
                 "privtd, beyond the paper: the NULL-aware deconvolution of a release has a "
                 "smaller MAE change than P3's aggregator on the same release (RR and 2-layer)",
-                f"{same} of {len(both)} settings, synthetic and real; smaller than all four "
-                f"mechanisms' in {best}",
-                same == len(both),
-                same > len(both) / 2,
+                f"{lower} of {len(both)} settings, synthetic and real; smaller than all four "
+                f"mechanisms' in {n_best}",
+                lower == len(both),
+                lower > len(both) / 2,
             )
         )
     return out

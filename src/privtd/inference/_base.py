@@ -191,6 +191,7 @@ class Estimator(ABC):
             raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
         answers = self._answers
         if answers.labels is not None:
+            assert self._proba is not None  # every warm-starting categorical model has them
             tasks, values = answers.tasks, self._proba
         else:
             known = ~np.isnan(self._truth_codes)

@@ -91,19 +91,21 @@ def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[An
     if mech.kind == "categorical":
         assert labels is not None
         position = {_label_key(label): i for i, label in enumerate(labels)}
-        out = []
+        codes = []
         for v in values:
             code = position.get(_label_key(v))
             if code is None:
                 raise ValidationError(
                     f"Value {v!r} is not in the campaign's answer domain {labels}."
                 )
-            out.append(code)
-        return out
+            codes.append(code)
+        return codes
     nullable = isinstance(mech, KRRNull | TwoLayerNull)
     integral = nullable
-    low, high = (mech.low, mech.high) if nullable else (-math.inf, math.inf)
-    out = []
+    low, high = (
+        (mech.low, mech.high) if isinstance(mech, KRRNull | TwoLayerNull) else (-math.inf, math.inf)
+    )
+    out: list[Any] = []
     for v in values:
         if v is None:
             if not nullable:

@@ -29,7 +29,7 @@ def connect(url: str = DEFAULT_URL) -> sa.Engine:
         )
 
         @sa.event.listens_for(engine, "connect")
-        def _pragmas(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        def _pragmas(dbapi_connection, _record):
             # SQLAlchemy emits BEGIN itself (below), so savepoints work and every transaction
             # takes the write lock up front instead of failing to upgrade it mid-way.
             dbapi_connection.isolation_level = None
@@ -40,7 +40,7 @@ def connect(url: str = DEFAULT_URL) -> sa.Engine:
             cursor.close()
 
         @sa.event.listens_for(engine, "begin")
-        def _begin(conn):  # type: ignore[no-untyped-def]
+        def _begin(conn):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
     else:
         engine = sa.create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
