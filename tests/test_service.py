@@ -13,6 +13,7 @@ import time
 import uuid
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("fastapi")
@@ -397,6 +398,74 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
     row = [{"task": f"t{i}", "value": 2.5 if i == 0 else None} for i in range(20)]
     response = post(api, made["id"], {**body, "reports": row}, carol, "z")
     assert response.status_code == 422 and "output domain" in response.json()["detail"]
+
+
+def cli(args, capsys):
+    from privtd.cli import main
+
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_requester_and_worker_commands(live, tmp_path, capsys):
+    base, _ = live
+    tasks = tmp_path / "tasks.csv"
+    tasks.write_text("task,text\nq1,first\nq2,second\nq3,third\n")
+    token = ["--token", REQUESTER]
+    create = ["campaign", "create", base, "--tasks", str(tasks), "--mechanism", "one-layer"]
+    code, out, err = cli(
+        [*create, "--epsilon", "2", "--labels", "no,yes", "--budget", "6", *token], capsys
+    )
+    assert code == 0, err
+    cid = out.strip()
+    assert f"/collect?campaign={cid}" in err and "aware-one-coin" in err
+    for w in range(6):
+        state = str(tmp_path / f"w{w}.json")
+        assert (
+            cli(["client", "enrol", base, cid, "--name", f"w{w}", "--state", state], capsys)[0] == 0
+        )
+        answers = tmp_path / f"a{w}.csv"
+        answers.write_text("task,answer\nq1,yes\nq2,no\nq3,yes\n")
+        code, out, err = cli(["client", "submit", str(answers), "--state", state], capsys)
+        assert code == 0 and "spent epsilon 6 of 6" in out, err
+    truths = tmp_path / "truths.csv"
+    code, out, err = cli(["campaign", "aggregate", base, cid, "-o", str(truths), *token], capsys)
+    assert code == 0, err
+    assert "18 reports" in err and "per answer" in err
+    frame = pd.read_csv(truths)
+    assert list(frame.columns) == ["task", "truth", "confidence"] and len(frame) == 3
+    # Bad input: one line, non-zero exit, nothing created.
+    dup = tmp_path / "dup.csv"
+    dup.write_text("task\nq1\nq1\n")
+    code, _, err = cli(
+        [
+            "campaign",
+            "create",
+            base,
+            "--tasks",
+            str(dup),
+            "--mechanism",
+            "one-layer",
+            "--epsilon",
+            "1",
+            "--labels",
+            "a,b",
+            "--budget",
+            "1",
+            *token,
+        ],
+        capsys,
+    )
+    assert code != 0 and err.count("\n") == 1 and "twice" in err
+    code, _, err = cli([*create, "--epsilon", "1", "--budget", "1", *token], capsys)
+    assert code != 0 and err.count("\n") == 1 and "labels" in err
+    code, _, err = cli(["campaign", "aggregate", base, cid, "--token", "forged"], capsys)
+    assert code != 0 and err.count("\n") == 1 and "401" in err
 
 
 def test_serve_command_prints_a_requester_token_once(tmp_path):

@@ -904,6 +904,117 @@ def serve(url: str, host: str, port: int, requester_token: str | None) -> None:
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+TOKEN = click.option(
+    "--token",
+    envvar="PRIVTD_REQUESTER_TOKEN",
+    required=True,
+    help="The requester token (env PRIVTD_REQUESTER_TOKEN).",
+)
+
+
+@cli.group()
+def campaign() -> None:
+    """A requester's side of the service: create a campaign, aggregate its reports."""
+
+
+@campaign.command("create")
+@click.argument("url")
+@click.option(
+    "--tasks",
+    "tasks_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="CSV with a 'task' column (and optionally 'text', shown to workers).",
+)
+@click.option("--mechanism", required=True, help="one-layer, two-layer, binary-rr, ...")
+@click.option("--epsilon", type=float, help="The mechanism's epsilon (or give --param).")
+@click.option("--param", multiple=True, help="Mechanism parameter KEY=VALUE (repeatable).")
+@click.option("--labels", help="Comma-separated answer domain, for categorical mechanisms.")
+@click.option("--budget", required=True, type=float, help="Each worker's privacy budget.")
+@click.option("--method", help="Inference method (default: the perturbation-aware one).")
+@click.option("--name", default="campaign", show_default=True)
+@TOKEN
+def campaign_create(
+    url: str,
+    tasks_path: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    labels: str | None,
+    budget: float,
+    method: str | None,
+    name: str,
+    token: str,
+) -> None:
+    """Create a campaign on the server at URL; prints its id and the workers' page."""
+    from .client import Requester
+
+    frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
+    if "task" not in frame.columns:
+        raise ValidationError(f"{tasks_path} lacks a 'task' column.")
+    if frame.empty or (frame["task"] == "").any():
+        raise ValidationError(f"{tasks_path} has no tasks, or an empty task key.")
+    if frame["task"].duplicated().any():
+        dup = frame["task"][frame["task"].duplicated()].iloc[0]
+        raise ValidationError(f"{tasks_path} names task {dup!r} twice; one row per task.")
+    texts = frame["text"] if "text" in frame.columns else [""] * len(frame)
+    tasks = [{"key": k, "text": t} for k, t in zip(frame["task"], texts, strict=True)]
+    domain = None if labels is None else [_parse_value(v.strip()) for v in labels.split(",")]
+    made = Requester(url, token).create_campaign(
+        name,
+        tasks,
+        mechanism,
+        budget=budget,
+        epsilon=epsilon,
+        params=_parse_params(param),
+        labels=domain,
+        method=method,
+    )
+    click.echo(made["id"])
+    click.echo(
+        f"{len(tasks)} tasks, {made['mechanism']['guarantee']}, method {made['method']}; "
+        f"workers open {url.rstrip('/')}/collect?campaign={made['id']}",
+        err=True,
+    )
+
+
+@campaign.command("aggregate")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="CSV: task,truth,confidence.")
+@click.option("--workers", type=click.Path(dir_okay=False), help="CSV: worker,weight.")
+@TOKEN
+def campaign_aggregate(
+    url: str, campaign_id: str, output: str | None, workers: str | None, token: str
+) -> None:
+    """Run the campaign's estimator on its reports (resuming from the last run) and write the
+    truths; prints the privacy report."""
+    from .client import Requester
+
+    def progress(run: dict[str, Any]) -> None:
+        if run["status"] == "running" and sys.stderr.isatty():
+            click.echo(f"\riteration {run['iteration']}", nl=False, err=True)
+
+    result = Requester(url, token).aggregate(campaign_id, progress=progress)
+    truths = pd.Series(result["truths"], name="truth").rename_axis("task")
+    frame = truths.to_frame()
+    if result["confidence"] is not None:
+        frame["confidence"] = pd.Series(result["confidence"])
+    if output:
+        _atomic_csv(frame, output, index=True)
+    else:
+        click.echo(frame.to_csv(), nl=False)
+    if workers:
+        weights = pd.Series(result["workers"], name="weight").rename_axis("worker")
+        _atomic_csv(weights.to_frame(), workers, index=True)
+    privacy = result["privacy"]
+    click.echo(
+        f"{result['n_reports']} reports, {len(truths)} tasks with answers ({result['method']}); "
+        f"{privacy['guarantee']}; budget per worker epsilon {privacy['budget_per_worker']:g}",
+        err=True,
+    )
+
+
 @cli.group()
 def client() -> None:
     """A worker's side of the service: enrol, then perturb here and submit."""

@@ -1,8 +1,13 @@
-"""The worker's side of the collection service: perturb on this device, send only the result.
+"""Clients of the collection service. A worker perturbs on its own device and sends only the
+result; a requester creates campaigns and reads the aggregated results.
 
-    from privtd.client import Worker
-    worker = Worker.enrol("http://127.0.0.1:8000", campaign_id, "alice", state="alice.json")
+    from privtd.client import Requester, Worker
+    requester = Requester("http://127.0.0.1:8000", token)
+    campaign = requester.create_campaign("smiles", ["img-1", "img-2"], "one-layer", epsilon=1.0,
+                                         labels=["smile", "no smile"], budget=10.0)
+    worker = Worker.enrol("http://127.0.0.1:8000", campaign["id"], "alice", state="alice.json")
     worker.submit({"img-1": "smile", "img-2": "no smile"})
+    result = requester.aggregate(campaign["id"])
 
 The worker's state file keeps its token, what it has spent of its privacy budget, and any
 submission not yet acknowledged. A submission is perturbed once and written there (with its
@@ -178,6 +183,82 @@ class Worker:
             body,
             headers,
             retries=self.retries,
+            timeout=self.timeout,
+        )
+
+
+class Requester:
+    """The requester's side: campaigns, aggregation runs and their results (the requester token
+    the server printed at its first start)."""
+
+    def __init__(self, url: str, token: str, *, retries: int = 5, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.retries = retries
+        self.timeout = timeout
+
+    def create_campaign(
+        self,
+        name: str,
+        tasks: list[str] | list[dict[str, str]],
+        mechanism: str,
+        *,
+        budget: float,
+        epsilon: float | None = None,
+        params: Mapping[str, Any] | None = None,
+        labels: list[Any] | None = None,
+        method: str | None = None,
+    ) -> dict[str, Any]:
+        """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description."""
+        body = {
+            "name": name,
+            "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
+            "mechanism": mechanism,
+            "epsilon": epsilon,
+            "params": dict(params or {}),
+            "labels": labels,
+            "budget": budget,
+            "method": method,
+        }
+        # Not retried: a create whose answer was lost would make a second campaign.
+        return dict(self._call("POST", "/campaigns", body, retries=0))
+
+    def start_run(self, campaign_id: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/campaigns/{campaign_id}/runs", None))
+
+    def run(self, campaign_id: str, run_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/campaigns/{campaign_id}/runs/{run_id}", None))
+
+    def results(self, campaign_id: str) -> dict[str, Any]:
+        """The newest finished run's truths, confidence, worker weights and privacy report."""
+        return dict(self._call("GET", f"/campaigns/{campaign_id}/results", None))
+
+    def aggregate(
+        self,
+        campaign_id: str,
+        *,
+        poll: float = 0.25,
+        progress: Any = None,
+    ) -> dict[str, Any]:
+        """Start a run, wait for it (``progress(run)`` after each poll) and return the results;
+        a failed run raises ServiceError with the server's reason."""
+        run = self.start_run(campaign_id)
+        while run["status"] not in ("done", "failed"):
+            time.sleep(poll)
+            run = self.run(campaign_id, run["run_id"])
+            if progress is not None:
+                progress(run)
+        if run["status"] == "failed":
+            raise ServiceError(0, f"the aggregation run failed: {run['error']}")
+        return self.results(campaign_id)
+
+    def _call(self, method: str, path: str, body: Any, *, retries: int | None = None) -> Any:
+        return _request(
+            method,
+            self.url + path,
+            self.token,
+            body,
+            retries=self.retries if retries is None else retries,
             timeout=self.timeout,
         )
 
