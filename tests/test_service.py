@@ -28,6 +28,7 @@ from privtd.errors import BudgetExceededError  # noqa: E402
 from privtd.inference import make_estimator  # noqa: E402
 from privtd.service import create_app, db  # noqa: E402
 from privtd.service.schema import metadata  # noqa: E402
+from test_cli import run as cli  # noqa: E402  (the CLI in-process, exit code and output)
 
 PG = "postgresql://postgres@127.0.0.1:5432/"
 REQUESTER = "requester-secret-token-for-tests"
@@ -398,18 +399,6 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
     row = [{"task": f"t{i}", "value": 2.5 if i == 0 else None} for i in range(20)]
     response = post(api, made["id"], {**body, "reports": row}, carol, "z")
     assert response.status_code == 422 and "output domain" in response.json()["detail"]
-
-
-def cli(args, capsys):
-    from privtd.cli import main
-
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_requester_and_worker_commands(live, tmp_path, capsys):
