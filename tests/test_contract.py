@@ -167,6 +167,10 @@ def test_warm_start_from_a_previous_fit(method, kind):
         # here) is then still up to tol / (1 - rate) from its fixed point, and the resumed fit
         # goes on towards it: 0.006 here, on truths spread over 0..10 with noise sd 2.
         np.testing.assert_allclose(warm.truths_, cold.truths_, atol=0.02)
+    # In-process, the fitted estimator itself resumes the same way (without the lists).
+    direct = fit(method, data, warm_start=cold)
+    assert direct.n_iter_ == warm.n_iter_
+    np.testing.assert_allclose(direct.weights_["weight"], warm.weights_["weight"], rtol=1e-9)
     # A state that names some tasks only: the others start as usual.
     part = dict(state, tasks=state["tasks"][:5], values=state["values"][:5])
     assert fit(method, data, warm_start=part).truths_.index.equals(cold.truths_.index)

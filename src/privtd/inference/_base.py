@@ -69,7 +69,7 @@ class WarmStart:
         if state is None:
             return None
         if isinstance(state, Estimator):
-            state = state.warm_state_
+            state = state._warm_arrays()
         if not isinstance(state, Mapping) or not {"estimator", "tasks", "values"} <= set(state):
             raise ValidationError(
                 "warm_start is a previous fit's warm_state_ (or the fitted estimator itself)."
@@ -79,14 +79,18 @@ class WarmStart:
                 f"warm_start comes from {state['estimator']}; this is {owner}. "
                 "Start from a fit of the same method."
             )
-        index = answers.encode_tasks(list(state["tasks"]), "warm_start")
+        tasks = pd.Index(state["tasks"])
+        # The usual case, a re-fit over the same task list, needs no lookup.
+        same = tasks.equals(answers.tasks)
+        index = np.arange(len(tasks)) if same else answers.encode_tasks(tasks, "warm_start")
         try:
             value = np.asarray(state["values"], dtype=np.float64)
             model = {k: np.asarray(v, dtype=np.float64) for k, v in state.get("model", {}).items()}
         except (TypeError, ValueError) as exc:
             raise ValidationError("warm_start values must be numbers.") from exc
         if answers.labels is not None:
-            columns = answers.encode_labels(list(state.get("labels") or []), "warm_start")
+            labels = pd.Index([] if state.get("labels") is None else state["labels"])
+            columns = answers.encode_labels(labels, "warm_start")
             if value.shape != (len(index), len(columns)):
                 raise ValidationError(
                     "warm_start values must hold one probability per label for each task."
@@ -186,7 +190,18 @@ class Estimator(ABC):
     def warm_state_(self) -> dict[str, Any]:
         """What ``fit(..., warm_start=)`` resumes from, as plain lists (JSON-ready): the
         per-task posteriors (categorical) or truths (numeric; unanswered tasks left out) and
-        the model's global arrays."""
+        the model's global arrays. In the same process, pass the fitted estimator instead: it
+        skips the conversion, which can cost more than a fast fit."""
+        arrays = self._warm_arrays()
+        return {
+            "estimator": arrays["estimator"],
+            "tasks": arrays["tasks"].tolist(),
+            "values": arrays["values"].tolist(),
+            "labels": None if arrays["labels"] is None else arrays["labels"].tolist(),
+            "model": {k: np.asarray(v).tolist() for k, v in arrays["model"].items()},
+        }
+
+    def _warm_arrays(self) -> dict[str, Any]:
         if not self.warm_starts:
             raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
         answers = self._answers
@@ -198,10 +213,10 @@ class Estimator(ABC):
             tasks, values = answers.tasks[known], self._truth_codes[known]
         return {
             "estimator": type(self).__name__,
-            "tasks": tasks.tolist(),
-            "values": values.tolist(),
-            "labels": None if answers.labels is None else answers.labels.tolist(),
-            "model": {k: np.asarray(v).tolist() for k, v in self._model_state.items()},
+            "tasks": tasks,
+            "values": values,
+            "labels": answers.labels,
+            "model": self._model_state,
         }
 
     def get_params(self) -> dict[str, Any]:
