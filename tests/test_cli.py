@@ -243,7 +243,7 @@ def test_perturb_then_infer(tmp_path, capsys):
     # Told the mechanism, infer models its channel (the perturbation-aware estimator).
     aware = tmp_path / "aware.csv"
     code, _, err = run(["infer", str(out), "-M", "two-layer", "-e", "1", "-o", str(aware)], capsys)
-    assert code == 0 and err.startswith("aware-one-coin:"), err
+    assert code == 0 and err.startswith("aware-ds:"), err  # two labels: the two-coin model
     assert len(pd.read_csv(aware)) == original.task.nunique()
     laplace = ["-M", "laplace", "-e", "1", "--mechanism-param", "low=0"]
     laplace += ["--mechanism-param", "high=1"]

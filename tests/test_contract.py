@@ -13,7 +13,18 @@ from privtd import METHODS, Answers, NotFittedError, SchemaError, ValidationErro
 from privtd.datasets import make_categorical, make_numeric
 from privtd.errors import ConvergenceWarning
 
-CATEGORICAL = ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "aware-one-coin", "lc", "private-ds"]
+CATEGORICAL = [
+    "mv",
+    "wv",
+    "crh",
+    "catd",
+    "ds",
+    "one-coin-ds",
+    "aware-one-coin",
+    "aware-ds",
+    "lc",
+    "private-ds",
+]
 NUMERIC = ["crh", "catd", "gtm", "aware-gaussian", "raykar", "sigma", "mean", "median"]
 BINARY_ONLY = {"lc", "private-ds"}
 CASES = [(m, "categorical") for m in CATEGORICAL] + [(m, "numeric") for m in NUMERIC]

@@ -125,7 +125,7 @@ def test_campaign_parameters_are_public_and_tokens_hashed(api):
     assert got["mechanism"]["name"] == "one-layer"
     assert got["mechanism"]["epsilon"] == pytest.approx(1.0)
     assert got["mechanism"]["unit"] == "answer" and got["n_tasks"] == 20
-    assert got["method"] == "aware-one-coin"  # the perturbation-aware default
+    assert got["method"] == "aware-ds"  # the perturbation-aware default for two labels
     headers = enrol(api, made["id"], "alice")
     token = headers["Authorization"].split()[1]
     with api.app_state.engine.connect() as conn:
@@ -412,7 +412,7 @@ def test_requester_and_worker_commands(live, tmp_path, capsys):
     )
     assert code == 0, err
     cid = out.strip()
-    assert f"/collect?campaign={cid}" in err and "aware-one-coin" in err
+    assert f"/collect?campaign={cid}" in err and "aware-ds" in err
     for w in range(6):
         state = str(tmp_path / f"w{w}.json")
         assert (

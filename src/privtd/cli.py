@@ -25,7 +25,7 @@ from ._files import atomic_write_text
 from .answers import Answers
 from .errors import PrivtdError, ValidationError
 from .evaluation import evaluate
-from .inference import AWARE_METHOD, METHODS, RELEASE_METHODS, make_estimator
+from .inference import AWARE_METHODS, METHODS, RELEASE_METHODS, aware_method, make_estimator
 from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, task_profiles, worker_totals
 
 EXIT_ERROR = 2
@@ -267,13 +267,13 @@ def infer(
     if mechanism is not None:
         mech = make_mechanism(mechanism, epsilon, **_parse_params(mechanism_param))
         if method is None:
-            method = AWARE_METHOD.get(mechanism)
+            method = aware_method(mech)
             if method is None:
                 raise ValidationError(
                     f"No perturbation-aware estimator for the {mechanism} mechanism yet; "
                     "pass --method to pick one."
                 )
-        if method in AWARE_METHOD.values():
+        if method in AWARE_METHODS:
             params["mechanism"] = mech
     elif epsilon is not None or mechanism_param:
         raise ValidationError("--epsilon and --mechanism-param need --mechanism.")

@@ -62,18 +62,36 @@ def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
             better > len(table) / 2,
         )
     )
-    if "two_layer_aware_vs_td" in table:
+    for model, label in (("aware", "one-coin"), ("aware_ds", "Dawid-Skene")):
+        if f"two_layer_{model}_vs_td" not in table:
+            continue
         # Issue 7's target, on the perturbed answers alone (the aware model's error against
         # TD's clean error): at or below our TD, under each mechanism.
         for mech in ("one_layer", "two_layer"):
-            better = int((table[f"{mech}_aware_vs_td"] <= table[f"{mech}_td"]).sum())
+            better = int((table[f"{mech}_{model}_vs_td"] <= table[f"{mech}_td"]).sum())
             out.append(
                 _check(
                     f"privtd, beyond the paper: under {mech.replace('_', '-')} RR the "
-                    "perturbation-aware model's error change is at or below TD's",
+                    f"perturbation-aware {label} model's error change is at or below TD's",
                     f"{better} of {len(table)} epsilons",
                     better == len(table),
                     better > len(table) / 2,
+                )
+            )
+    if "two_layer_aware_ds" in table and vs_paper is not None:
+        # And at or below the paper's own two-layer TD column, on the model's own error change.
+        paper = vs_paper.set_index("epsilon")["two_layer_td_paper"]
+        for mech in ("one_layer", "two_layer"):
+            own = table.set_index("epsilon")[f"{mech}_aware_ds"].reindex(paper.index)
+            better = int((own <= paper).sum())
+            out.append(
+                _check(
+                    f"privtd, beyond the paper: under {mech.replace('_', '-')} RR the "
+                    "perturbation-aware Dawid-Skene model's error change is at or below the "
+                    "paper's two-layer TD column",
+                    f"{better} of {len(paper)} epsilons",
+                    better == len(paper),
+                    better > len(paper) / 2,
                 )
             )
     ordered = table.sort_values("epsilon", ascending=False)
@@ -127,15 +145,18 @@ def ladp(table: pd.DataFrame, theorem4_epsilon: float) -> list[Check]:
             any(falls),
         )
     )
-    if "aware" in table:
+    for model, label in (("aware", "one-coin"), ("aware_ds", "Dawid-Skene")):
+        if model not in table:
+            continue
         # Within two standard errors of the difference counts as level (both are means over
         # the same number of trials).
-        margin = 2 * np.hypot(table.aware_se, table.private_ds_se)
-        level = int((table.aware <= np.minimum(table.private_ds, table.private_mv) + margin).sum())
+        margin = 2 * np.hypot(table[f"{model}_se"], table.private_ds_se)
+        best = np.minimum(table.private_ds, table.private_mv)
+        level = int((table[model] <= best + margin).sum())
         out.append(
             _check(
-                "privtd, beyond the paper: the perturbation-aware model is at least as accurate "
-                "as the better of private MV and private DS (within 2 standard errors)",
+                f"privtd, beyond the paper: the perturbation-aware {label} model is at least as "
+                "accurate as the better of private MV and private DS (within 2 standard errors)",
                 f"{level} of {len(table)} settings",
                 level == len(table),
                 level > len(table) / 2,

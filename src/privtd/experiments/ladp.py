@@ -3,8 +3,8 @@
 P4 has no experiments; these are SPEC B4.3's suggested synthetic tests plus the binary real
 datasets: every user answers every task, perturbs each answer with binary randomized response
 at epsilon, and the server runs private majority vote (ties count as 1, SPEC A1) or private
-Dawid-Skene (B4.2). Beside them, privtd's perturbation-aware one-coin model told the mechanism
-(``aware``).
+Dawid-Skene (B4.2). Beside them, privtd's perturbation-aware models told the mechanism:
+one-coin (``aware``) and Dawid-Skene (``aware_ds``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 from .. import datasets
 from ..answers import Answers
 from ..errors import ConvergenceWarning, ValidationError
-from ..inference import AwareOneCoin, PrivateDawidSkene
+from ..inference import AwareDawidSkene, AwareOneCoin, PrivateDawidSkene
 from ..mechanisms import BinaryRR
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -40,15 +40,19 @@ def private_majority(answers: Answers) -> np.ndarray:
     return (ones >= answers.task_counts() / 2).astype(np.int64)
 
 
-def _aware_codes(mech: BinaryRR, perturbed: Answers) -> np.ndarray:
+def _aware_codes(mech: BinaryRR, perturbed: Answers) -> tuple[np.ndarray, np.ndarray]:
+    """The truths of the aware one-coin and the aware Dawid-Skene model."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return AwareOneCoin(mech).fit(perturbed)._truth_codes
+        return (
+            AwareOneCoin(mech).fit(perturbed)._truth_codes,
+            AwareDawidSkene(mech).fit(perturbed)._truth_codes,
+        )
 
 
 def _trial(
     abilities: np.ndarray, m: int, eps: float, seed: np.random.SeedSequence
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     rng = np.random.default_rng(seed)
     answers, truth, _ = datasets.make_categorical(
         m, abilities.size, 2, answers_per_task=None, accuracy=abilities, rng=rng
@@ -61,11 +65,13 @@ def _trial(
         warnings.simplefilter("ignore", ConvergenceWarning)
         pds.fit(perturbed)
     ability_error = float(np.abs(pds.weights_["ability_rescaled"].to_numpy() - abilities).max())
+    aware, aware_ds = _aware_codes(mech, perturbed)
     return (
         float((private_majority(perturbed) != y).mean()),
         float((pds._truth_codes != y).mean()),
         ability_error,
-        float((_aware_codes(mech, perturbed) != y).mean()),
+        float((aware != y).mean()),
+        float((aware_ds != y).mean()),
     )
 
 
@@ -106,6 +112,8 @@ def run(
                 "private_ds_se": se[1],
                 "aware": out[:, 3].mean(),
                 "aware_se": se[3],
+                "aware_ds": out[:, 4].mean(),
+                "aware_ds_se": se[4],
                 "ability_error": out[:, 2].mean(),
                 "theorem3_bound": 6 * math.sqrt(math.log(tasks) / (tasks * eps**2)),
             }
@@ -139,7 +147,7 @@ def real(
         data = datasets.load(name)
         gold = data.answers.encode_tasks(data.truth.index, "truth")
         y = data.answers.encode_labels(pd.Index(data.truth.to_numpy()), "truth")
-        mv_err, ds_err, aware_err = [], [], []
+        mv_err, ds_err, aware_err, aware_ds_err = [], [], [], []
         mech = BinaryRR.from_epsilon(eps)
         for s in cell_seed.spawn(trials):
             perturbed = mech.perturb(data.answers, rng=np.random.default_rng(s))
@@ -148,7 +156,9 @@ def real(
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 codes = PrivateDawidSkene(epsilon=eps).fit(perturbed)._truth_codes
             ds_err.append((codes[gold] != y).mean())
-            aware_err.append((_aware_codes(mech, perturbed)[gold] != y).mean())
+            aware, aware_ds = _aware_codes(mech, perturbed)
+            aware_err.append((aware[gold] != y).mean())
+            aware_ds_err.append((aware_ds[gold] != y).mean())
         rows.append(
             {
                 "dataset": name,
@@ -159,15 +169,16 @@ def real(
                 "private_ds_se": float(np.std(ds_err, ddof=1) / math.sqrt(trials)),
                 "aware": float(np.mean(aware_err)),
                 "aware_se": float(np.std(aware_err, ddof=1) / math.sqrt(trials)),
+                "aware_ds": float(np.mean(aware_ds_err)),
+                "aware_ds_se": float(np.std(aware_ds_err, ddof=1) / math.sqrt(trials)),
             }
         )
     return pd.DataFrame(rows)
 
 
 def figures(out: Any, table: pd.DataFrame) -> list[Any]:
-    """Error of private MV, private DS and the aware model against epsilon, and private DS's
-    ability error
-    against Theorem 3's bound, one panel per (setting, n)."""
+    """Error of private MV, private DS and the aware models against epsilon, and private DS's
+    ability error against Theorem 3's bound, one panel per (setting, n)."""
     from .report import plot_panels
 
     made = [
@@ -176,7 +187,7 @@ def figures(out: Any, table: pd.DataFrame) -> list[Any]:
             table,
             ["setting", "n"],
             "epsilon",
-            ["private_mv", "private_ds", "aware"],
+            ["private_mv", "private_ds", "aware", "aware_ds"],
             "error rate",
             "error_vs_epsilon.png",
         ),

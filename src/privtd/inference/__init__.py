@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ._base import Estimator
+from .aware_dawid_skene import AwareDawidSkene
 from .aware_gaussian import AwareGaussian
 from .aware_null import AwareNull
 from .catd import CATD
@@ -36,6 +37,7 @@ __all__ = [
     "DawidSkene",
     "OneCoinDawidSkene",
     "AwareOneCoin",
+    "AwareDawidSkene",
     "AwareGaussian",
     "AwareNull",
     "LatentClass",
@@ -47,6 +49,8 @@ __all__ = [
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",
+    "AWARE_METHODS",
+    "aware_method",
     "make_estimator",
 ]
 
@@ -59,6 +63,7 @@ METHODS: dict[str, type[Estimator]] = {
     "ds": DawidSkene,
     "one-coin-ds": OneCoinDawidSkene,
     "aware-one-coin": AwareOneCoin,
+    "aware-ds": AwareDawidSkene,
     "aware-gaussian": AwareGaussian,
     "lc": LatentClass,
     "raykar": Raykar,
@@ -70,15 +75,31 @@ METHODS: dict[str, type[Estimator]] = {
 
 
 #: The perturbation-aware estimator for each mechanism that has one: what ``privtd infer
-#: --mechanism NAME`` picks when no method is given.
+#: --mechanism NAME`` and the service pick when no method is given. Randomized response over two
+#: labels gets the Dawid-Skene model (two coins per worker: on Duchenne and sentiment it beats
+#: the one-coin model at most epsilons); over more labels the one-coin model, whose single
+#: accuracy per worker stays well estimated through a noisy channel where a full K x K confusion
+#: does not (docs/inference.md).
 AWARE_METHOD: dict[str, str] = {
     "one-layer": "aware-one-coin",
     "two-layer": "aware-one-coin",
-    "binary-rr": "aware-one-coin",
+    "binary-rr": "aware-ds",
     "exp-gaussian": "aware-gaussian",
     "krr-null": "aware-null",
     "two-layer-null": "aware-null",
 }
+
+#: The estimators that take the mechanism as their first parameter.
+AWARE_METHODS = frozenset({"aware-one-coin", "aware-ds", "aware-gaussian", "aware-null"})
+
+
+def aware_method(mechanism: Any) -> str | None:
+    """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
+    method = AWARE_METHOD.get(getattr(mechanism, "name", ""))
+    if method == "aware-one-coin" and getattr(mechanism, "n_labels", 0) == 2:
+        return "aware-ds"
+    return method
+
 
 #: Estimators that only read a mechanism's release of whole rows (every (worker, task) cell
 #: reported, NULL included), so they need the mechanism and are kept out of ``METHODS``,

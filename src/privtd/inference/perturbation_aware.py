@@ -45,7 +45,9 @@ from .dawid_skene import EPS, gold_array, soft_majority
 _FLOOR = 1e-12
 
 
-def flip_law(mechanism: Any, n_labels: int, n_points: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def flip_law(
+    mechanism: Any, n_labels: int, n_points: int = 32, owner: str = "AwareOneCoin"
+) -> tuple[np.ndarray, np.ndarray]:
     """The mechanism's flip probabilities on a grid and their weights: one point for one-layer
     RR (and binary RR), ``n_points`` quantile midpoints of ``U(a, b)`` for two-layer RR, no flip
     without a mechanism."""
@@ -68,7 +70,7 @@ def flip_law(mechanism: Any, n_labels: int, n_points: int = 32) -> tuple[np.ndar
         points = a + (b - a) * (np.arange(n_points) + 0.5) / n_points
         return points, np.full(n_points, 1.0 / n_points)
     raise ValidationError(
-        f"AwareOneCoin models randomized response (one-layer, binary, two-layer); got "
+        f"{owner} models randomized response (one-layer, binary, two-layer); got "
         f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
     )
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ..answers import Answers
 from ..errors import ConvergenceWarning, PrivtdError, ValidationError
-from ..inference import AWARE_METHOD, make_estimator
+from ..inference import AWARE_METHODS, make_estimator
 from . import campaigns
 from .schema import reports as t_reports
 from .schema import runs as t_runs
@@ -83,7 +83,7 @@ class Runner:
             if answers is None:
                 raise PrivtdError("The campaign has no reports yet.")
             params: dict[str, Any] = {}
-            if campaign.method in AWARE_METHOD.values():
+            if campaign.method in AWARE_METHODS:
                 params["mechanism"] = mech
             estimator = make_estimator(campaign.method, **params)
             previous = self._previous(campaign) if estimator.warm_starts else None

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..inference import AWARE_METHOD, METHODS, RELEASE_METHODS
+from ..inference import METHODS, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
 from ..mechanisms.null_aware import KRRNull, NullAwareMechanism, TwoLayerNull
@@ -67,7 +67,7 @@ def check_labels(mech: Mechanism, labels: Sequence[Any] | None) -> list[Any] | N
 
 def pick_method(mech: Mechanism, method: str | None) -> str:
     if method is None:
-        method = AWARE_METHOD.get(mech.name)
+        method = aware_method(mech)
         if method is None:
             raise ValidationError(f"Pass 'method': {mech.name} has no perturbation-aware default.")
     if method not in METHODS and method not in RELEASE_METHODS:

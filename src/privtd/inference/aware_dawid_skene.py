@@ -1,0 +1,266 @@
+"""Perturbation-aware Dawid-Skene: each worker's full confusion matrix composed with the known
+randomized-response channel.
+
+Worker ``u`` answers ``x`` to a task of truth ``y`` with its own confusion ``pi_u[x, y]`` (any
+bias, for example towards one label, which a one-coin model cannot express); then its device
+reports ``z`` through generalized randomized response with flip probability ``f_u``:
+``R_f[z, x] = 1 - f`` if ``z = x`` and ``f / (K - 1)`` otherwise (one-layer: ``f_u = f`` public;
+two-layer: ``f_u ~ U(a, b)``, private, its law public). The server sees ``z`` through the
+composed confusion ``(R_f pi_u)[z, y]``.
+
+EM with two latent layers (derivation in ``docs/inference.md``):
+
+- truth step: ``log mu[q, l] = log p_l + sum_{u in U_q} L_u[z_uq, l]`` with
+  ``L_u[z, y] = E_{q_u(f)} log (R_f pi_u)[z, y]``: the Dawid-Skene kernel on expected log
+  confusions;
+- flip step: ``q_u(f) ∝ H(f) prod_{z, y} (R_f pi_u)[z, y]^C_u[z, y]`` on the flip law's grid,
+  with ``C_u[z, y] = sum_{q in Q_u} [z_uq = z] mu[q, y]`` the worker's expected report-truth
+  counts;
+- confusion step: with the worker's own answer ``x`` latent, the expected own-answer counts are
+  ``N_u[x, y] = sum_z C_u[z, y] E_{q_u(f)}[R_f[z, x] pi_u[x, y] / (R_f pi_u)[z, y]]``, and
+  ``pi_u[., y] ∝ N_u[., y] + alpha[., y]``, a Dirichlet prior (pseudo-counts ``alpha``) that keeps
+  a worker with few answers close to a typical worker.
+
+Everything but the truth step works on the ``K x K`` count table of each worker, so a step costs
+one Dawid-Skene pass over the answers plus ``O(workers x flips x K^3)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..answers import Answers
+from . import _kernels
+from ._base import Estimator, Gold, _check_choice, _check_float
+from .dawid_skene import EPS, gold_array, soft_majority
+from .perturbation_aware import flip_law
+
+# Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
+_BLOCK_CELLS = 2_000_000
+
+
+def report_channel(flips: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized randomized response at flip probability ``f`` is
+    ``R_f = (1 - f K / (K - 1)) I + f / (K - 1)``, and every column of a confusion sums to 1,
+    so ``(R_f pi)[z, y] = scale_f pi[z, y] + spread_f``: the composition is affine, with no
+    matrix product. Returns ``scale`` and ``spread`` per point of the flip grid."""
+    return 1.0 - flips * k / (k - 1), flips / (k - 1)
+
+
+def compose(pi: np.ndarray, channel: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``(R_s pi_w)[z, y]`` as ``[w, s, z, y]``: what worker ``w`` reports at flip ``s``."""
+    scale, spread = channel
+    composed = scale[:, None, None] * pi[:, None] + spread[:, None, None]
+    np.maximum(composed, 1e-300, out=composed)
+    return composed
+
+
+def flip_posterior(
+    counts: np.ndarray, composed: np.ndarray, log_h: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flip step: each worker's posterior ``q[w, s]`` over the flip grid, from its expected
+    report-truth counts ``counts[w, z, y]`` and composed confusions; also their logs."""
+    log_composed = np.log(composed)
+    loglik = (counts[:, None] * log_composed).sum(axis=(2, 3)) + log_h
+    q = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+    q /= q.sum(axis=1, keepdims=True)
+    return q, log_composed
+
+
+def own_answer_counts(
+    counts: np.ndarray,
+    pi: np.ndarray,
+    q: np.ndarray,
+    composed: np.ndarray,
+    channel: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The confusion step's counts ``N[w, x, y]``: each report ``z`` split over the worker's
+    possible own answers ``x`` by ``P(x | z, y, f) = R_f[z, x] pi[x, y] / (R_f pi)[z, y]``,
+    averaged over the flip posterior."""
+    scale, spread = channel
+    share = counts[:, None] / composed * q[:, :, None, None]  # [w, s, z, y]
+    # sum_z R_s[z, x] share[z, y] = scale_s share[x, y] + spread_s sum_z share[z, y]
+    through = np.moveaxis(share, 1, -1) @ scale
+    through += share.sum(axis=2, keepdims=True).transpose(0, 2, 3, 1) @ spread
+    own: np.ndarray = pi * through
+    return own
+
+
+class AwareDawidSkene(Estimator):
+    """Dawid-Skene with the public randomized-response channel in the likelihood (see module
+    doc).
+
+    Parameters
+    ----------
+    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
+        The mechanism that produced the answers, with its public parameters. None: no
+        perturbation (Dawid-Skene with a Dirichlet prior on the confusions).
+    prior_strength : float > 0, default 2
+        Pseudo-answers per truth column of each worker's own confusion: how many answers a
+        worker needs before its own counts outweigh the prior.
+    prior_diagonal : float in (0, 1), default 0.7
+        The prior's mean probability of answering the truth; the rest is spread evenly over the
+        other labels.
+    class_prior : {"learned", "uniform"}, default "learned"
+        As Dawid-Skene, the class prior is re-estimated each iteration; "uniform" keeps it fixed.
+    max_iter : int, default 100
+    tol : float, default 1e-5
+        On the change of the truth step's log-likelihood per answer (with the expected log
+        confusions), as :class:`DawidSkene`.
+
+    Fitted: ``truths_``, ``probas_``, ``priors_``, ``confusions_`` (each worker's own
+    confusion, the channel taken out; ``[worker, answer, truth]``), ``weights_`` (``weight`` =
+    the prior-weighted own accuracy, ``flip`` = the posterior mean of the worker's flip
+    probability, ``observed_accuracy`` = the same for the reports it sent).
+    """
+
+    iterative = True
+    warm_starts = True
+
+    def __init__(
+        self,
+        mechanism: Any = None,
+        *,
+        prior_strength: float = 2.0,
+        prior_diagonal: float = 0.7,
+        class_prior: str = "learned",
+        max_iter: int = 100,
+        tol: float = 1e-5,
+    ) -> None:
+        self.mechanism = mechanism
+        self.prior_strength = prior_strength
+        self.prior_diagonal = prior_diagonal
+        self.class_prior = class_prior
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        name = type(self).__name__
+        _check_float(name, "prior_strength", self.prior_strength, 0.0, low_open=True)
+        _check_float(
+            name, "prior_diagonal", self.prior_diagonal, 0.0, 1.0, low_open=True, high_open=True
+        )
+        _check_choice(name, "class_prior", self.class_prior, ("learned", "uniform"))
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        flips, flip_weight = flip_law(self.mechanism, k, owner=type(self).__name__)
+        channel = report_channel(flips, k)
+        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
+        wx = layout.worker.astype(np.int64) * k + layout.value
+        wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
+        gold_labels = gold_array(gold, n_t)
+        typical = np.full((k, k), (1.0 - self.prior_diagonal) / (k - 1))
+        np.fill_diagonal(typical, self.prior_diagonal)
+        alpha = self.prior_strength * typical
+        model = (layout, wx, gold_labels, channel, np.log(flip_weight), alpha)
+        prior_start = None if self._warm is None else self._warm.array("class_prior", (k,))
+        fit = self._em(answers, model, soft_majority(answers, gold, self._warm), prior_start)
+        if k == 2 and gold is None:
+            # As AwareOneCoin: with flips up to 1/2 or beyond, a fit and its mirror image (labels
+            # swapped, every worker's confusion with them) explain the reports almost equally
+            # well. Keep the orientation that agrees with majority vote more.
+            majority = soft_majority(answers, gold).argmax(axis=1)
+            agree = float((fit[0].argmax(axis=1) == majority).mean())
+            if agree < 0.5:
+                mirror = self._em(answers, model, fit[0][:, ::-1].copy(), None)
+                if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
+                    fit = mirror
+        mu, pi, q, prior, n_iter, converged, objective = fit
+        self.confusions_ = pi
+        self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
+        observed = (q[:, :, None, None] * compose(pi, channel)).sum(axis=1)
+        self._set_results(
+            answers,
+            mu.argmax(axis=1),
+            proba=mu,
+            weight=(np.diagonal(pi, axis1=1, axis2=2) * prior).sum(axis=1),
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+            worker_columns={
+                "flip": q @ flips,
+                "observed_accuracy": (np.diagonal(observed, axis1=1, axis2=2) * prior).sum(axis=1),
+            },
+            model_state={"class_prior": prior},
+        )
+
+    def _em(
+        self,
+        answers: Answers,
+        model: tuple[Any, ...],
+        mu: np.ndarray,
+        prior_start: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
+        """EM from the task posteriors ``mu``; returns the posteriors, own confusions, flip
+        posteriors, class prior, iterations, convergence and objective."""
+        layout, wx, gold_labels, channel, log_h, alpha = model
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        if self.class_prior == "uniform":
+            prior = np.full(k, 1.0 / k)
+        else:
+            prior = mu.mean(axis=0) if prior_start is None else prior_start.copy()
+        counts = _kernels.gather_scatter(wx, layout.task, mu, n_w * k).reshape(n_w, k, k)
+        pi = np.broadcast_to(alpha / alpha.sum(axis=0), (n_w, k, k)).copy()
+        # From the typical worker the confusions need a few steps to reach the start's counts;
+        # each step is cheap (per worker, not per answer).
+        for _ in range(5):
+            pi, q, log_conf = self._update_workers(counts, pi, channel, log_h, alpha)
+        # With a public flip (one grid point) the confusion step is a slow EM of its own (the
+        # worker's answer is latent behind a noisy channel) but costs O(K^2) per worker, so
+        # several steps per pass over the answers cut the passes threefold; with a flip law
+        # each step costs 32 times more and extra steps did not save passes.
+        inner = 10 if log_h.size == 1 else 1
+        objective: list[float] = []
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            self._tick(n_iter)
+            mu, flat_counts, prior_sum, loglik = _kernels.ds_step(
+                layout,
+                wx,
+                log_conf.reshape(n_w * k, k),
+                np.log(np.maximum(prior, EPS)),
+                gold_labels,
+            )
+            objective.append(loglik / answers.n_answers)
+            if self.class_prior == "learned":
+                prior = prior_sum / n_t
+            counts = flat_counts.reshape(n_w, k, k)
+            for _ in range(inner):
+                pi, q, log_conf = self._update_workers(counts, pi, channel, log_h, alpha)
+            if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
+                converged = True
+                break
+        return mu, pi, q, prior, n_iter, converged, objective
+
+    @staticmethod
+    def _update_workers(
+        counts: np.ndarray,
+        pi: np.ndarray,
+        channel: tuple[np.ndarray, np.ndarray],
+        log_h: np.ndarray,
+        alpha: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """New own confusions, then flip posteriors and expected log confusions under them,
+        block by block of workers."""
+        n_w, k, n_s = pi.shape[0], pi.shape[1], log_h.size
+        block = max(1, _BLOCK_CELLS // (n_s * k * k))
+        new_pi = np.empty_like(pi)
+        q = np.empty((n_w, n_s))
+        log_conf = np.empty_like(pi)
+        for lo in range(0, n_w, block):
+            part = slice(lo, lo + block)
+            composed = compose(pi[part], channel)
+            flips, _ = flip_posterior(counts[part], composed, log_h)
+            own = own_answer_counts(counts[part], pi[part], flips, composed, channel) + alpha
+            own /= own.sum(axis=1, keepdims=True)
+            new_pi[part] = own
+            q[part], log_composed = flip_posterior(counts[part], compose(own, channel), log_h)
+            # The truth step's L[w, z, y] = E_q log (R_f pi_w)[z, y].
+            log_conf[part] = (q[part][:, :, None, None] * log_composed).sum(axis=1)
+        return new_pi, q, log_conf
