@@ -98,7 +98,7 @@ class AwareDawidSkene(Estimator):
     mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
         The mechanism that produced the answers, with its public parameters. None: no
         perturbation (Dawid-Skene with a Dirichlet prior on the confusions).
-    prior_strength : float > 0, default 2
+    prior_strength : float > 0, default 5
         Pseudo-answers per truth column of each worker's own confusion: how many answers a
         worker needs before its own counts outweigh the prior.
     prior_diagonal : float in (0, 1), default 0.7
@@ -124,7 +124,7 @@ class AwareDawidSkene(Estimator):
         self,
         mechanism: Any = None,
         *,
-        prior_strength: float = 2.0,
+        prior_strength: float = 5.0,
         prior_diagonal: float = 0.7,
         class_prior: str = "learned",
         max_iter: int = 100,
