@@ -36,7 +36,7 @@ from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from .dawid_skene import EPS, gold_array, soft_majority
-from .perturbation_aware import flip_law
+from .perturbation_aware import flip_law, majority_orientation
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
 _BLOCK_CELLS = 2_000_000
@@ -161,15 +161,7 @@ class AwareDawidSkene(Estimator):
         prior_start = None if self._warm is None else self._warm.array("class_prior", (k,))
         fit = self._em(answers, model, soft_majority(answers, gold, self._warm), prior_start)
         if k == 2 and gold is None:
-            # As AwareOneCoin: with flips up to 1/2 or beyond, a fit and its mirror image (labels
-            # swapped, every worker's confusion with them) explain the reports almost equally
-            # well. Keep the orientation that agrees with majority vote more.
-            majority = soft_majority(answers, gold).argmax(axis=1)
-            agree = float((fit[0].argmax(axis=1) == majority).mean())
-            if agree < 0.5:
-                mirror = self._em(answers, model, fit[0][:, ::-1].copy(), None)
-                if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
-                    fit = mirror
+            fit = majority_orientation(answers, fit, lambda mu: self._em(answers, model, mu, None))
         mu, pi, q, prior, n_iter, converged, objective = fit
         self.confusions_ = pi
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")

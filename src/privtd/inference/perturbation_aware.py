@@ -31,7 +31,8 @@ observed accuracy may be below chance and its vote counts inverted (SPEC C3 item
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from ._base import Estimator, Gold, _check_choice, _check_float
 from .dawid_skene import EPS, gold_array, soft_majority
 
 _FLOOR = 1e-12
+FitT = TypeVar("FitT", bound=tuple[Any, ...])
 
 
 def flip_law(
@@ -97,6 +99,21 @@ def accuracy_cells(
     )
     centres = np.clip(np.linspace(0.0, 1.0, n_cells), _FLOOR, 1.0 - _FLOOR)
     return centres, conv
+
+
+def majority_orientation(answers: Answers, fit: FitT, refit: Callable[[np.ndarray], FitT]) -> FitT:
+    """With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every label
+    swapped, every worker's accuracy or confusion with them) explain the reports almost equally
+    well, and EM can land in either. Keep the orientation in which most workers tell the truth:
+    the one that agrees with majority vote more (``fit[0]`` holds the task posteriors;
+    ``refit`` runs EM again from given posteriors)."""
+    majority = soft_majority(answers, None).argmax(axis=1)
+    agree = float((fit[0].argmax(axis=1) == majority).mean())
+    if agree < 0.5:
+        mirror = refit(fit[0][:, ::-1].copy())
+        if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
+            return mirror
+    return fit
 
 
 class AwareOneCoin(Estimator):
@@ -190,16 +207,11 @@ class AwareOneCoin(Estimator):
             )
         fit = self._em(answers, layout, counts, gold_labels, start_mu, grids, resume)
         if k == 2 and gold is None:
-            # With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every
-            # label swapped, every worker's accuracy A -> 1 - A) explain the reports almost
-            # equally well, and EM can land in either. Keep the orientation in which most
-            # workers tell the truth: the one that agrees with majority vote more.
-            majority = soft_majority(answers, gold).argmax(axis=1)
-            agree = float((fit[0].argmax(axis=1) == majority).mean())
-            if agree < 0.5:
-                mirror = self._em(answers, layout, counts, gold_labels, fit[0][:, ::-1], grids)
-                if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
-                    fit = mirror
+            fit = majority_orientation(
+                answers,
+                fit,
+                lambda mu: self._em(answers, layout, counts, gold_labels, mu, grids),
+            )
         mu, matches, g, prior, n_iter, converged, objective = fit
         pi = g @ conv
         # A worker's own accuracy given its observed one: E[s | A-cell] = sum_s s G_s C / pi.
