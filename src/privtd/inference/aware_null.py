@@ -8,8 +8,12 @@ are scores the mechanism made up for NULL cells.
 
 Model (derivation in ``docs/inference.md``). Per task ``q`` the workers' true symbols are drawn
 from ``p_q`` over the ``G`` scores and NULL, with a nested Dirichlet prior: answered-or-NULL
-``~ Beta``, the score given answered ``~ Dir``, both weak (``strength`` pseudo-answers each)
-and centred on the pooled estimate. Each report is the public channel's output for its cell:
+``~ Beta``, the score given answered ``~ Dir``, centred on the pooled distribution (the maximum
+likelihood fit of all tasks' reports together) with strengths learned from how much more the
+tasks' deconvolved counts vary than the channel alone explains (method of moments). Where the
+channel carries little, the tasks do not vary beyond the noise, the prior grows strong and the
+truths move to the pooled mean instead of to the middle of the domain. Each report is the
+public channel's output for its cell:
 
 - ``krr-null``: keep with ``e^eps / (G + e^eps)``, else each other symbol (NULL reports are
   counted as ``n_workers`` minus the task's non-NULL reports, since every cell is released);
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import minimize
 from scipy.special import digamma
 
 from ..answers import Answers
@@ -60,6 +65,92 @@ def null_channel(mechanism: Any) -> np.ndarray:
     return channel
 
 
+#: Floor for shares that divide or enter a logarithm.
+_TINY = 1e-12
+#: Bounds on a learned prior strength: at least the one pseudo-answer per level that served
+#: as the fixed prior before (a moment estimate from few tasks can be near 0 and would let one
+#: noisy task run to the domain's edge), at most far beyond any task's count (the tasks do not
+#: vary beyond the noise: every task is the pooled distribution).
+_STRENGTH_RANGE = (1.0, 1e6)
+
+
+def pooled_distribution(total: np.ndarray, channel: np.ndarray) -> np.ndarray:
+    """The maximum likelihood distribution of true symbols from all tasks' report counts
+    together: ``max sum_x total_x log (C p)_x`` over the simplex, a concave problem (pushing the
+    counts through the channel's inverse goes negative at small epsilon, and EM crawls towards
+    the simplex's faces there)."""
+    weight = total / total.sum()
+
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        predicted = np.maximum(channel @ p, _TINY)
+        return -float(weight @ np.log(predicted)), -(weight / predicted) @ channel
+
+    k = total.size
+    fit = minimize(
+        loss,
+        np.full(k, 1.0 / k),
+        jac=True,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * k,
+        constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0, "jac": lambda p: np.ones(k)}],
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
+    p = np.clip(fit.x, 0.0, None)
+    return p / p.sum()
+
+
+def moment_strengths(
+    counts: np.ndarray, channel: np.ndarray, pooled: np.ndarray, keep_variance: float = 0.0
+) -> tuple[float, float]:
+    """The prior's two strengths (answered-or-NULL, score given answered) by the method of
+    moments on the tasks' deconvolved counts ``t_q = C^-1 c_q``.
+
+    Given its true counts a task's reports vary by ``sum_z t_z (diag C_z - C_z C_z^T)``, linear in
+    ``t``, so over tasks the noise in ``t_q`` is ``D = N C^-1 (diag(C p) - C diag(p) C^T) C^-T``
+    per cell at the pooled ``p`` (less ``Var[keep] W diag(p) W^T`` when each worker keeps with
+    its own probability, a fixed effect over tasks). Under the nested Dirichlet the answered
+    count ``A`` is beta-binomial, ``Var A = N r (1 - r)(1 + (N - 1) / (lam + 1))``, and the scores'
+    centred sum ``x = sum_s (s - m) t_s`` has ``E x^2 = E[A] v + E[A (A - 1)] v / (beta + 1)``,
+    ``v`` the pooled scores' variance. The observed second moments less the noise give
+    ``1 / (lam + 1)`` and ``1 / (beta + 1)``, clipped to the strength range."""
+    g = channel.shape[0] - 1
+    n_q = counts.sum(axis=1)
+    keep, other = channel[0, 0], channel[0, 1]
+    deconvolved = (counts - other * n_q[:, None]) / (keep - other)
+    inverse = (np.eye(g + 1) - other) / (keep - other)
+    noise = np.diag(channel @ pooled) - channel @ np.diag(pooled) @ channel.T
+    moves = np.eye(g + 1) - (1.0 - np.eye(g + 1)) / g  # d C[:, z] / d keep
+    noise -= keep_variance * (moves @ np.diag(pooled) @ moves.T)
+    noise = inverse @ noise @ inverse.T
+    low, high = _STRENGTH_RANGE
+
+    def strength(inv: float) -> float:
+        return float(np.clip(1.0 / max(inv, 1.0 / high) - 1.0, low, high))
+
+    rate = float(pooled[:g].sum())
+    if not _TINY < rate < 1.0 - _TINY:
+        return high, high
+    answered = np.r_[np.ones(g), 0.0]
+    pairs = float((n_q * (n_q - 1)).sum())
+    excess = ((deconvolved @ answered - n_q * rate) ** 2).sum() - n_q.sum() * (
+        answered @ noise @ answered + rate * (1.0 - rate)
+    )
+    inv_answered = float(np.clip(excess / (rate * (1.0 - rate) * max(pairs, 1.0)), 0.0, 1.0))
+    shares = pooled[:g] / rate
+    scores = np.arange(g, dtype=float)
+    mean = float(shares @ scores)
+    spread = float(shares @ (scores - mean) ** 2)
+    if spread <= _TINY:
+        return strength(inv_answered), high
+    centred = np.r_[scores - mean, 0.0]
+    excess = ((deconvolved @ centred) ** 2).sum() - n_q.sum() * (
+        centred @ noise @ centred + rate * spread
+    )
+    pairs_answered = pairs * (rate * rate + rate * (1.0 - rate) * inv_answered)
+    inv_scores = excess / (spread * max(pairs_answered, _TINY))
+    return strength(inv_answered), strength(float(inv_scores))
+
+
 class AwareNull(Estimator):
     """Task-level deconvolution of P3's randomized-response channels with NULL (see module doc).
 
@@ -67,19 +158,20 @@ class AwareNull(Estimator):
     ----------
     mechanism : KRRNull or TwoLayerNull
         The mechanism that released the workers' full rows, with its public parameters.
-    strength : float > 0, default 1
-        Pseudo-answers in each level of the prior. Learning it by empirical Bayes collapsed
-        every task onto the pooled distribution on sparse data (Web: MAE change 0.70 against
-        RR's 0.29 at epsilon 5), so it is fixed and weak.
+    strength : float > 0 or None, default None
+        Pseudo-answers in each level of the prior. None learns each level's strength from the
+        data (method of moments, at least 1); a number fixes both.
     max_iter : int, default 1000
         Accelerated steps (three E steps each).
     tol : float, default 1e-4
         On the largest change of a truth, in score units.
 
     Fitted: ``truths_``, ``answer_rate_`` (per task, the posterior mean share of workers who
-    answered it). The answers must be the mechanism's release of every worker's full row over
-    the tasks: non-NULL reports as answers, NULL reports left out (as ``perturb`` returns them);
-    a task's NULL reports are counted as the workers minus its answers.
+    answered it), ``pooled_`` (the pooled distribution of true symbols, scores then NULL) and
+    ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level). The answers
+    must be the mechanism's release of every worker's full row over the tasks: non-NULL reports
+    as answers, NULL reports left out (as ``perturb`` returns them); a task's NULL reports are
+    counted as the workers minus its answers.
     """
 
     kinds = ("numeric",)
@@ -89,7 +181,7 @@ class AwareNull(Estimator):
         self,
         mechanism: Any,
         *,
-        strength: float = 1.0,
+        strength: float | None = None,
         max_iter: int = 1000,
         tol: float = 1e-4,
     ) -> None:
@@ -100,7 +192,8 @@ class AwareNull(Estimator):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        _check_float(type(self).__name__, "strength", self.strength, 0.0, low_open=True)
+        if self.strength is not None:
+            _check_float(type(self).__name__, "strength", self.strength, 0.0, low_open=True)
         null_channel(self.mechanism)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
@@ -110,14 +203,14 @@ class AwareNull(Estimator):
         scores = np.arange(mech.low, mech.high + 1, dtype=float)
         counts = self._symbol_counts(answers)
         n_q = counts.sum(axis=1)
-        keep, other = channel[0, 0], channel[0, 1]
-        # Start: the counts pushed back through the channel (the inverse of
-        # (keep - other) I + other J), clipped into the simplex's interior.
-        start = np.maximum((counts - other * n_q[:, None]) / (keep - other), 1e-3)
-        expected = start * (n_q / start.sum(axis=1))[:, None]
-        pooled = expected.sum(axis=0) / expected.sum()
-        rate = np.array([1.0 - pooled[g], pooled[g]]) * self.strength
-        scores_prior = pooled[:g] / pooled[:g].sum() * self.strength
+        pooled = pooled_distribution(counts.sum(axis=0), channel)
+        if self.strength is None:
+            spread = mech.keep_variance() if hasattr(mech, "keep_variance") else 0.0
+            strengths = moment_strengths(counts, channel, pooled, spread)
+        else:
+            strengths = (float(self.strength), float(self.strength))
+        rate = np.array([1.0 - pooled[g], pooled[g]]) * strengths[0]
+        scores_prior = pooled[:g] / max(pooled[:g].sum(), _TINY) * strengths[1]
 
         def truths_of(rows_expected: np.ndarray) -> np.ndarray:
             # The posterior mean of the answers' mean score.
@@ -125,6 +218,8 @@ class AwareNull(Estimator):
             mean = (rows_expected[:, :g] + scores_prior) @ scores
             return mean / (answered + scores_prior.sum())
 
+        # Start every task at the pooled distribution.
+        expected = np.outer(n_q, np.maximum(pooled, _TINY))
         truth = truths_of(expected)
         if gold is not None:
             truth[gold.index] = gold.value
@@ -153,6 +248,8 @@ class AwareNull(Estimator):
         self.answer_rate_ = pd.Series(
             (answered + rate[0]) / (n_q + rate.sum()), index=answers.tasks, name="answer_rate"
         )
+        self.pooled_ = pooled
+        self.strengths_ = strengths
         self._set_results(answers, truth, n_iter=n_iter, converged=converged, objective=objective)
 
     def _symbol_counts(self, answers: Answers) -> np.ndarray:

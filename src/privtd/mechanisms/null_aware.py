@@ -275,6 +275,19 @@ class TwoLayerNull(NullAwareMechanism):
         other = ((top - math.log(g + math.exp(top))) - (0.0 - math.log(g + 1.0))) / (g * top)
         return 1.0 - g * other, other
 
+    def keep_variance(self) -> float:
+        """``Var[keep]`` over ``eps_u ~ U(0, 2 mean_epsilon)``, in closed form: with
+        ``u = e^x``, ``int e^2x / (g + e^x)^2 dx = ln(g + u) + g / (g + u)``. The workers'
+        budgets differ, so a task's report counts vary less than the marginal channel says."""
+        g, top = float(self.domain_size), 2.0 * self.mean_epsilon
+
+        def antiderivative(u: float) -> float:
+            return math.log(g + u) + g / (g + u)
+
+        second = (antiderivative(math.exp(top)) - antiderivative(1.0)) / top
+        keep, _ = self._marginal()
+        return max(second - keep * keep, 0.0)
+
     @property
     def epsilon(self) -> float:
         keep, other = self._marginal()
