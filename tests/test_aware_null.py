@@ -140,27 +140,27 @@ def bootstrap_inverse(counts, channel, rng, draws=40):
     return inverse(counts), np.std(boot, axis=0)
 
 
-def test_moment_strengths_recover_the_prior_they_were_drawn_from():
-    # Nested Dirichlet tasks through the channel at epsilon 3, known strengths; the estimates
-    # of 1 / (strength + 1) lie within 4 bootstrap standard errors of the truth.
-    channel = null_channel(KRRNull.from_epsilon(3.0, 0, 4))
+@pytest.mark.parametrize(
+    "eps, n_tasks, n_workers, strengths, se_max",
+    [
+        # Known strengths at epsilon 3: recovered, and told apart (small standard errors).
+        (3.0, 3000, 100, (30.0, 4.0), (0.01, 0.05)),
+        # Every task drawn alike: "no difference between tasks", 1 / (strength + 1) = 0.
+        (1.0, 1000, 200, (1e9, 1e9), (0.01, 0.01)),
+    ],
+)
+def test_moment_strengths_recover_the_prior_they_were_drawn_from(
+    eps, n_tasks, n_workers, strengths, se_max
+):
+    # Nested Dirichlet tasks through the channel; the estimates of 1 / (strength + 1) lie within
+    # 4 bootstrap standard errors of the truth.
+    channel = null_channel(KRRNull.from_epsilon(eps, 0, 4))
     pooled = np.array([0.3, 0.1, 0.1, 0.05, 0.05, 0.4])
     rng = np.random.default_rng(8)
-    counts = nested_dirichlet_counts(rng, 3000, 100, channel, pooled, lam=30.0, beta=4.0)
+    counts = nested_dirichlet_counts(rng, n_tasks, n_workers, channel, pooled, *strengths)
     inv, se = bootstrap_inverse(counts, channel, rng)
-    assert (np.abs(inv - [1 / 31, 1 / 5]) <= 4 * se).all()
-    assert (se < [0.01, 0.05]).all()  # informative: the two strengths are told apart
-
-
-def test_tasks_alike_look_alike():
-    # Every task drawn from one distribution: the estimates are within 4 standard errors of
-    # "no difference between tasks" (1 / (strength + 1) = 0, strength at the top of its range).
-    channel = null_channel(KRRNull.from_epsilon(1.0, 0, 4))
-    pooled = np.array([0.3, 0.1, 0.1, 0.05, 0.05, 0.4])
-    rng = np.random.default_rng(9)
-    counts = nested_dirichlet_counts(rng, 1000, 200, channel, pooled, lam=1e9, beta=1e9)
-    inv, se = bootstrap_inverse(counts, channel, rng)
-    assert (inv <= 4 * se).all() and (se < 0.01).all()
+    assert (np.abs(inv - 1 / (np.array(strengths) + 1)) <= 4 * se).all()
+    assert (se < se_max).all()
 
 
 def test_learned_prior_is_reported_and_a_fixed_one_is_kept():
