@@ -15,7 +15,12 @@ from privtd.answers import Answers
 from privtd.errors import ConvergenceWarning
 from privtd.experiments import bigdata18
 from privtd.inference import AwareNull, WeightedAverage
-from privtd.inference.aware_null import moment_strengths, null_channel, pooled_distribution
+from privtd.inference.aware_null import (
+    grouped_median,
+    moment_strengths,
+    null_channel,
+    pooled_distribution,
+)
 from privtd.mechanisms import KRRNull, LaplaceNull, TwoLayerNull
 
 
@@ -98,6 +103,37 @@ def test_gold_is_pinned_and_bad_input_is_refused():
         AwareNull(mech).fit(wrong)
     with pytest.raises(ValidationError, match="strength"):
         AwareNull(mech, strength=0.0).fit(released.to_frame())
+    with pytest.raises(ValidationError, match="'median' or 'mean'"):
+        AwareNull(mech, location="mode").fit(released.to_frame())
+
+
+def test_grouped_median_by_hand():
+    weights = np.array(
+        [
+            [1.0, 1.0, 2.0],  # cumulative 0.25, 0.5: the half is reached at the top of score 1
+            [0.0, 4.0, 0.0],  # all on score 1: the middle of its bin
+            [3.0, 1.0, 0.0],  # 0.5 of score 0's 0.75: two thirds up its bin
+            [0.0, 0.0, 1.0],  # all on the top score
+        ]
+    )
+    got = grouped_median(weights, low=1.0)
+    np.testing.assert_allclose(got, [2.5, 2.0, 1.0 - 0.5 + 2 / 3, 3.0])
+
+
+def test_median_resists_answers_clipped_to_the_domain():
+    # P3's design: half the workers have noise sd 5 on 0..9, their answers pile up at 0 and 9
+    # and drag every task's mean towards 4.5; the median of the inferred answers is not dragged.
+    mech = KRRNull.from_epsilon(3.0, 0, 9)
+    rng = np.random.default_rng(4)
+    answers, mu = bigdata18.synthetic(2000, 200, 0.5, rng)
+    released = mech.perturb(answers, rng=rng)
+    errors = {
+        loc: np.abs(AwareNull(mech, location=loc).fit(released).truths_.to_numpy() - mu).mean()
+        for loc in ("median", "mean")
+    }
+    # Measured 0.53 against 1.14, each mean of 200 task errors with standard error 0.04 (P3's
+    # aggregator on the clean answers: 0.80).
+    assert errors["median"] < errors["mean"] - 0.3
 
 
 def nested_dirichlet_counts(rng, n_tasks, n_workers, channel, pooled, lam, beta):

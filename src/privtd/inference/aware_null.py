@@ -25,10 +25,12 @@ P3's Laplace mechanism is not modelled: its per-report likelihood made a fit cos
 MAE change by less than 0.1 (documented in ``docs/reproduction.md``).
 
 Variational Bayes: responsibilities over each report's latent symbol use ``exp(E[log p_q])``,
-``q(p_q)`` is the nested Dirichlet updated with the expected counts. A task's truth is the
-posterior mean of its scores' mean, ``sum_s s E[p_q(s | answered)]``: the answers' average, which
-is what P3's aggregator estimates, without the mechanism's made-up scores. Workers' own qualities
-are not modelled (every answer of a task counts the same).
+``q(p_q)`` is the nested Dirichlet updated with the expected counts. A task's truth summarises
+its posterior predictive distribution of one answer, ``E[p_q(s | answered)]``, without the
+mechanism's made-up scores: by default its median (scores as unit-wide bins, interpolated within
+the bin), which P3's MAE rewards and which answers clipped to the domain's ends do not drag;
+``location="mean"`` gives the answers' average, what P3's aggregator estimates on clean data.
+Workers' own qualities are not modelled (every answer of a task counts the same).
 """
 
 from __future__ import annotations
@@ -99,6 +101,20 @@ def pooled_distribution(total: np.ndarray, channel: np.ndarray) -> np.ndarray:
     return p / p.sum()
 
 
+def grouped_median(weights: np.ndarray, low: float) -> np.ndarray:
+    """Per row, the median of a distribution over the scores ``low, low + 1, ...`` read as
+    grouped data: score ``s`` spreads its weight evenly over ``[s - 1/2, s + 1/2]``, so the
+    median moves continuously with the weights (a plain median jumps a whole score)."""
+    share = weights / weights.sum(axis=1, keepdims=True)
+    cdf = np.cumsum(share, axis=1)
+    # The bin where the cumulative share crosses one half (the last bin against rounding).
+    k = np.minimum((cdf < 0.5).sum(axis=1), share.shape[1] - 1)
+    rows = np.arange(share.shape[0])
+    below = cdf[rows, k] - share[rows, k]
+    inside = (0.5 - below) / np.maximum(share[rows, k], _TINY)
+    return low + k - 0.5 + np.clip(inside, 0.0, 1.0)
+
+
 def moment_strengths(
     counts: np.ndarray, channel: np.ndarray, pooled: np.ndarray, keep_variance: float = 0.0
 ) -> tuple[float, float]:
@@ -158,6 +174,9 @@ class AwareNull(Estimator):
     ----------
     mechanism : KRRNull or TwoLayerNull
         The mechanism that released the workers' full rows, with its public parameters.
+    location : {"median", "mean"}, default "median"
+        How a task's truth summarises its inferred distribution of answers: the median (scores
+        as unit-wide bins; it can reach half a score beyond the domain's ends) or the mean.
     strength : float > 0 or None, default None
         Pseudo-answers in each level of the prior. None learns each level's strength from the
         data (method of moments, at least 1); a number fixes both.
@@ -181,17 +200,23 @@ class AwareNull(Estimator):
         self,
         mechanism: Any,
         *,
+        location: str = "median",
         strength: float | None = None,
         max_iter: int = 1000,
         tol: float = 1e-4,
     ) -> None:
         self.mechanism = mechanism
+        self.location = location
         self.strength = strength
         self.max_iter = max_iter
         self.tol = tol
 
     def _validate_params(self) -> None:
         super()._validate_params()
+        if self.location not in ("median", "mean"):
+            raise ValidationError(
+                f"AwareNull location must be 'median' or 'mean'; got {self.location!r}."
+            )
         if self.strength is not None:
             _check_float(type(self).__name__, "strength", self.strength, 0.0, low_open=True)
         null_channel(self.mechanism)
@@ -213,10 +238,11 @@ class AwareNull(Estimator):
         scores_prior = pooled[:g] / max(pooled[:g].sum(), _TINY) * strengths[1]
 
         def truths_of(rows_expected: np.ndarray) -> np.ndarray:
-            # The posterior mean of the answers' mean score.
-            answered = rows_expected[:, :g].sum(axis=1)
-            mean = (rows_expected[:, :g] + scores_prior) @ scores
-            return mean / (answered + scores_prior.sum())
+            # The posterior predictive distribution of one answer, summarised.
+            predictive = rows_expected[:, :g] + scores_prior
+            if self.location == "median":
+                return grouped_median(predictive, mech.low)
+            return (predictive @ scores) / predictive.sum(axis=1)
 
         # Start every task at the pooled distribution.
         expected = np.outer(n_q, np.maximum(pooled, _TINY))
