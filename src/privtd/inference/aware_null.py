@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 from scipy.special import digamma
 
 from ..answers import Answers
@@ -69,6 +68,9 @@ def null_channel(mechanism: Any) -> np.ndarray:
 
 #: Floor for shares that divide or enter a logarithm.
 _TINY = 1e-12
+#: Floor for expected counts taken to log space (the E step keeps them positive, but they can
+#: underflow).
+_FLOOR = 1e-300
 #: Bounds on a learned prior strength: at least the one pseudo-answer per level that served
 #: as the fixed prior before (a moment estimate from few tasks can be near 0 and would let one
 #: noisy task run to the domain's edge), at most far beyond any task's count (the tasks do not
@@ -78,26 +80,22 @@ _STRENGTH_RANGE = (1.0, 1e6)
 
 def pooled_distribution(total: np.ndarray, channel: np.ndarray) -> np.ndarray:
     """The maximum likelihood distribution of true symbols from all tasks' report counts
-    together: ``max sum_x total_x log (C p)_x`` over the simplex, a concave problem (pushing the
-    counts through the channel's inverse goes negative at small epsilon, and EM crawls towards
-    the simplex's faces there)."""
-    weight = total / total.sum()
+    together: ``max sum_x total_x log (C p)_x`` over the simplex (pushing the counts through the
+    channel's inverse goes negative at small epsilon).
 
-    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
-        predicted = np.maximum(channel @ p, _TINY)
-        return -float(weight @ np.log(predicted)), -(weight / predicted) @ channel
-
-    k = total.size
-    fit = minimize(
-        loss,
-        np.full(k, 1.0 / k),
-        jac=True,
-        method="SLSQP",
-        bounds=[(0.0, 1.0)] * k,
-        constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0, "jac": lambda p: np.ones(k)}],
-        options={"ftol": 1e-14, "maxiter": 1000},
-    )
-    p = np.clip(fit.x, 0.0, None)
+    The channel keeps with ``keep`` and otherwise reports each other symbol with ``other``, so
+    ``(C p)_x = d p_x + other`` with ``d = keep - other`` and the problem is separable under
+    ``sum p = 1``. Its KKT conditions give ``p_x = max(total_x / lam - other / d, 0)``: water
+    filling, with the symbols of the largest counts active and ``lam`` fixed by the sum."""
+    keep, other = float(channel[0, 0]), float(channel[0, 1])
+    ratio = other / (keep - other)
+    ordered = np.sort(total)[::-1]
+    active = np.arange(1, total.size + 1)
+    lam = np.cumsum(ordered) / (1.0 + active * ratio)
+    # The active set is the largest k counts for the largest k whose smallest count stays
+    # positive: ordered[k-1] / lam_k > ratio (true for k = 1 whenever any count is positive).
+    k = int(np.flatnonzero(ordered > ratio * lam)[-1])
+    p = np.maximum(total / lam[k] - ratio, 0.0)
     return p / p.sum()
 
 
@@ -304,22 +302,27 @@ class AwareNull(Estimator):
         rate: np.ndarray,
         scores_prior: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One SQUAREM step (Varadhan and Roland 2008, scheme S3) per task: two E steps, an
-        extrapolation along them with the task's own step length, and one E step from there.
-        Tasks are independent given the fixed prior, so each gets its own step. Plain EM
-        crawls where the channel carries little (2,000 iterations at epsilon 0.5); rows whose
-        extrapolation leaves the positive orthant keep the second E step."""
+        """One SQUAREM step (Varadhan and Roland 2008, scheme S3) per task, in log space: two E
+        steps, an extrapolation along them with the task's own step length, and one E step from
+        there. Tasks are independent given the fixed prior, so each gets its own step. Plain EM
+        crawls where the channel carries little (2,000 iterations at epsilon 0.5). In log space
+        the extrapolation stays positive, and the slow mode where the channel carries little, a
+        score's expected count decaying geometrically under a weak prior, is a straight line,
+        which the extrapolation follows in one step (in count space it left the positive orthant
+        and fell back to plain steps: 3-30x more of them)."""
         args = (counts, channel)
         prior = (n_q, rate, scores_prior)
         first, _ = cls.e_step(*args, expected, *prior)
         second, _ = cls.e_step(*args, first, *prior)
-        r = first - expected
-        v = second - first - r
+        log0, log1, log2 = (np.log(np.maximum(x, _FLOOR)) for x in (expected, first, second))
+        r = log1 - log0
+        v = log2 - log1 - r
         r_norm = np.sqrt((r * r).sum(axis=1))
         v_norm = np.sqrt((v * v).sum(axis=1))
         alpha = np.minimum(-r_norm / np.where(v_norm > 0, v_norm, 1.0), -1.0)[:, None]
-        jump = expected - 2.0 * alpha * r + alpha * alpha * v
-        jump = np.where((jump > 0).all(axis=1, keepdims=True), jump, second)
+        with np.errstate(over="ignore"):
+            jump = np.exp(log0 - 2.0 * alpha * r + alpha * alpha * v)
+        jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
         return cls.e_step(*args, jump, *prior)
 
     @classmethod
