@@ -108,6 +108,33 @@ def test_gold_is_pinned_and_bad_input_is_refused():
         AwareNull(mech, location="mode").fit(released.to_frame())
 
 
+def test_release_with_fewer_scores_than_noise_alone_gives_the_middle():
+    """Every task's score reports fall below what the NULL cells alone produce, so the pooled fit
+    says nobody answered (exact zeros); the fit stays finite, without a numerical warning, and
+    with nothing to go on each truth is the middle of the domain."""
+    mech = KRRNull.from_epsilon(0.5, 0, 3)
+    n_workers, per_score = 1000, 150  # noise alone gives other * 1000 = 177 per score
+    task, worker, value = [], [], []
+    for t in range(5):
+        for s in range(4):
+            task += [t] * per_score
+            worker += range(s * per_score, (s + 1) * per_score)
+            value += [s] * per_score
+    answers = Answers(
+        np.array(task, dtype=np.int32),
+        np.array(worker, dtype=np.int32),
+        np.array(value, dtype=float),
+        pd.RangeIndex(5),
+        pd.RangeIndex(n_workers),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = AwareNull(mech).fit(answers)
+    assert est.pooled_[:4].sum() == 0.0
+    np.testing.assert_allclose(est.truths_.to_numpy(), 1.5, atol=1e-6)
+    assert (est.answer_rate_ < 1e-6).all()
+
+
 def test_grouped_median_by_hand():
     weights = np.array(
         [

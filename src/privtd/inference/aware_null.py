@@ -232,8 +232,12 @@ class AwareNull(Estimator):
             strengths = moment_strengths(counts, channel, pooled, spread)
         else:
             strengths = (float(self.strength), float(self.strength))
-        rate = np.array([1.0 - pooled[g], pooled[g]]) * strengths[0]
-        scores_prior = pooled[:g] / max(pooled[:g].sum(), _TINY) * strengths[1]
+        # The prior's centre stays inside the simplex: the pooled fit puts exact zeros on
+        # symbols whose reports the channel's noise explains, and a zero Beta or Dirichlet
+        # parameter has no digamma.
+        centre = np.maximum(pooled, _TINY) / np.maximum(pooled, _TINY).sum()
+        rate = np.array([1.0 - centre[g], centre[g]]) * strengths[0]
+        scores_prior = centre[:g] / centre[:g].sum() * strengths[1]
 
         def truths_of(rows_expected: np.ndarray) -> np.ndarray:
             # The posterior predictive distribution of one answer, summarised.
