@@ -318,8 +318,8 @@ class AwareNull(Estimator):
         and fell back to plain steps: 3-30x more of them)."""
         args = (counts, channel)
         prior = (n_q, rate, scores_prior)
-        first, _ = cls._e_step(*args, expected, *prior)
-        second, _ = cls._e_step(*args, first, *prior)
+        first, _ = cls.e_step(*args, expected, *prior)
+        second, _ = cls.e_step(*args, first, *prior)
         log0, log1, log2 = (np.log(np.maximum(x, _FLOOR)) for x in (expected, first, second))
         r = log1 - log0
         v = log2 - log1 - r
@@ -329,7 +329,8 @@ class AwareNull(Estimator):
         with np.errstate(over="ignore"):
             jump = np.exp(log0 - 2.0 * alpha * r + alpha * alpha * v)
         jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
-        return cls.e_step(*args, jump, *prior)
+        expected, predicted = cls.e_step(*args, jump, *prior)
+        return expected, (counts * np.log(predicted)).sum(axis=1)
 
     @classmethod
     def e_step(
@@ -343,23 +344,9 @@ class AwareNull(Estimator):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Expected count of each true symbol per task, given the reported counts: a report
         ``x`` is from ``z`` with probability ``w_z C[x, z] / sum_z' w_z' C[x, z']``, where
-        ``w = exp(E[log p_q])`` comes from the current expected counts. Returns them and, per
-        task, ``sum_x counts_x log (w C^T)_x``."""
-        expected, predicted = cls._e_step(counts, channel, expected, n_q, rate, scores_prior)
-        return expected, (counts * np.log(predicted)).sum(axis=1)
-
-    @classmethod
-    def _e_step(
-        cls,
-        counts: np.ndarray,
-        channel: np.ndarray,
-        expected: np.ndarray,
-        n_q: np.ndarray,
-        rate: np.ndarray,
-        scores_prior: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``e_step``'s expected counts and predicted report shares ``w C^T`` (the steps inside
-        an accelerated step need no likelihood)."""
+        ``w = exp(E[log p_q])`` comes from the current expected counts. Returns them and the
+        predicted report shares ``w C^T``: ``sum_x counts_x log (w C^T)_x`` is the task's
+        log-likelihood term, computed only where it is reported."""
         weights = np.exp(cls._expected_log_p(expected, n_q, rate, scores_prior))
         predicted = weights @ channel.T
         return weights * ((counts / predicted) @ channel), predicted
