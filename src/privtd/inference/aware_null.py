@@ -327,7 +327,8 @@ class AwareNull(Estimator):
         r_norm = np.sqrt((r * r).sum(axis=1))
         v_norm = np.sqrt((v * v).sum(axis=1))
         alpha = np.minimum(-r_norm / np.where(v_norm > 0, v_norm, 1.0), -1.0)[:, None]
-        with np.errstate(over="ignore"):
+        # A huge step length overflows; those rows keep the second E step.
+        with np.errstate(over="ignore", invalid="ignore"):
             jump = np.exp(log0 - 2.0 * alpha * r + alpha * alpha * v)
         jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
         expected, predicted = cls.e_step(*args, jump, *prior)
