@@ -4,6 +4,7 @@
     python benchmarks/bench_aware.py grr-trials --trials 100 --tasks 20000 --workers 100
     python benchmarks/bench_aware.py numeric    # P1's noise on 1,000,000 answers, and P1's size
     python benchmarks/bench_aware.py sparse     # P3's designs with NULL: synthetic and real
+    python benchmarks/bench_aware.py p0-oracle  # P0's Duchenne: what one-layer RR leaves an oracle
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -20,6 +21,12 @@ sparse: P3's releases with NULL (krr-null, two-layer-null) of its synthetic desi
 x 200 tasks at sparsity 0.1, 0.5, 0.9) and of Web and AdultContent, AwareNull against P3's
 aggregator (WeightedAverage) on the same release: MAE against the truth and time, best of five
 fits (a fit takes milliseconds here). Issue 7's target: at most 3x.
+
+p0-oracle: on Duchenne's gold tasks under one-layer RR, the Bayes rule with every worker's clean
+confusion and the class prior taken from the gold itself (in-sample, add-one smoothed: an
+optimistic bound for any Dawid-Skene-type fit), as error-rate change against TD's clean error
+(0.2830, the footing of ``aware_ds_vs_td`` in ``privtd reproduce kdd18``), beside P0's two-layer
+TD column. It shows whether the one-layer reports carry enough to reach that column.
 """
 
 from __future__ import annotations
@@ -30,9 +37,10 @@ import warnings
 from collections.abc import Iterator
 
 import numpy as np
+import pandas as pd
 
 import privtd
-from privtd.experiments import bigdata18
+from privtd.experiments import bigdata18, kdd18
 from privtd.inference import (
     CRH,
     AwareDawidSkene,
@@ -201,17 +209,64 @@ def sparse(args: argparse.Namespace) -> None:
     print(f"worst ratio {worst:.1f}x (target 3x: {'met' if worst <= 3 else 'MISSED'})")
 
 
+def p0_oracle(args: argparse.Namespace) -> None:
+    data = privtd.datasets.load("duchenne")
+    answers = data.answers
+    gold_index = answers.encode_tasks(data.truth.index, "truth")
+    gold_codes = answers.encode_labels(pd.Index(data.truth.to_numpy()), "truth")
+    row_of = np.full(answers.n_tasks, -1)
+    row_of[gold_index] = np.arange(gold_index.size)
+    on_gold = row_of[answers.task] >= 0
+    row, worker, value = (
+        row_of[answers.task[on_gold]],
+        answers.worker[on_gold],
+        answers.value[on_gold],
+    )
+    confusion = np.ones((answers.n_workers, 2, 2))
+    np.add.at(confusion, (worker, gold_codes[row], value), 1.0)
+    confusion /= confusion.sum(axis=2, keepdims=True)
+    log_prior = np.log(np.bincount(gold_codes, minlength=2) / gold_codes.size)
+    rng = np.random.default_rng(args.seed)
+    print("epsilon  oracle under one-layer (vs TD clean) ± SE   P0 two-layer TD")
+    for eps in kdd18.EPSILONS:
+        f = OneLayerRR.from_epsilon(eps).f
+        observed = np.log(confusion @ np.array([[1 - f, f], [f, 1 - f]]))
+        errors = []
+        for _ in range(args.trials):
+            reported = np.where(rng.random(value.size) < f, 1 - value, value)
+            score = np.tile(log_prior, (gold_index.size, 1))
+            for c in (0, 1):
+                score[:, c] += np.bincount(
+                    row, weights=observed[worker, c, reported], minlength=gold_index.size
+                )
+            errors.append(float((score.argmax(axis=1) != gold_codes).mean()))
+        se = np.std(errors, ddof=1) / np.sqrt(args.trials)
+        print(
+            f"{eps:7g}  {np.mean(errors) - 0.2830:+.4f} ± {se:.4f}"
+            f"                       {kdd18.PAPER_TABLE3[eps][3]:.4f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    modes = ("grr", "grr-trials", "numeric", "sparse")
-    parser.add_argument("mode", choices=modes, nargs="?", default="grr")
+    modes = {
+        "grr": grr,
+        "grr-trials": grr_trials,
+        "numeric": numeric,
+        "sparse": sparse,
+        "p0-oracle": p0_oracle,
+    }
+    parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
     parser.add_argument("--workers", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trials", type=int, default=100, help="grr-trials: crowds per setting")
+    parser.add_argument(
+        "--trials", type=int, default=100, help="grr-trials: crowds per setting; p0-oracle: draws"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore", privtd.ConvergenceWarning)
-    {"grr": grr, "grr-trials": grr_trials, "numeric": numeric, "sparse": sparse}[args.mode](args)
+    modes[args.mode](args)
 
 
 if __name__ == "__main__":
