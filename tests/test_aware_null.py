@@ -207,7 +207,8 @@ def test_pooled_distribution_matches_a_general_solver():
             constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
             options={"ftol": 1e-14, "maxiter": 1000},
         )
-        return np.clip(fit.x, 0.0, None) / np.clip(fit.x, 0.0, None).sum()
+        p = np.clip(fit.x, 0.0, None)
+        return p / p.sum()
 
     rng = np.random.default_rng(8)
     for trial in range(40):

@@ -236,7 +236,8 @@ class AwareNull(Estimator):
         # The prior's centre stays inside the simplex: the pooled fit puts exact zeros on
         # symbols whose reports the channel's noise explains, and a zero Beta or Dirichlet
         # parameter has no digamma.
-        centre = np.maximum(pooled, _TINY) / np.maximum(pooled, _TINY).sum()
+        centre = np.maximum(pooled, _TINY)
+        centre /= centre.sum()
         rate = np.array([1.0 - centre[g], centre[g]]) * strengths[0]
         scores_prior = centre[:g] / centre[:g].sum() * strengths[1]
 
