@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+from scipy.special import digamma
 
 from privtd import ValidationError, datasets
+from privtd.experiments import bigdata18
 from privtd.inference import (
     AwareGaussian,
+    AwareNull,
     AwareOneCoin,
     DawidSkene,
     OneCoinDawidSkene,
     WeightedVote,
     _kernels,
 )
-from privtd.mechanisms import ExpGaussian, TwoLayerRR
+from privtd.inference.aware_null import null_channel
+from privtd.mechanisms import ExpGaussian, KRRNull, TwoLayerNull, TwoLayerRR
 
 
 def test_numba_is_installed_for_tests():
@@ -78,6 +83,65 @@ def test_backends_agree_on_the_aware_models(backend):
         np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
         np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
         np.testing.assert_allclose(a.truths_.to_numpy(float), b.truths_.to_numpy(float))
+
+
+@pytest.mark.parametrize(
+    ("mech", "location"),
+    [(KRRNull.from_epsilon(2.0, 0, 9), "median"), (TwoLayerNull(3.0, 0, 9), "mean")],
+)
+def test_backends_agree_on_aware_null(mech, location, backend):
+    # P3's design at sparsity 0.5, with gold on some tasks. Where a task converges slowly
+    # (epsilon 0.5 here) rounding can move its stopping step, so a well-conditioned setting.
+    answers, mu = bigdata18.synthetic(400, 60, 0.5, np.random.default_rng(4))
+    released = mech.perturb(answers, rng=5)
+    gold = pd.Series(mu[:5], index=released.tasks[:5])
+    fitted = {}
+    for name in ("numpy", "numba"):
+        backend(name)
+        fitted[name] = AwareNull(mech, location=location).fit(released, gold=gold)
+    a, b = fitted["numpy"], fitted["numba"]
+    assert a.n_iter_ == b.n_iter_ > 3 and a.converged_ and b.converged_
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
+    np.testing.assert_allclose(a.truths_.to_numpy(), b.truths_.to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(a.answer_rate_.to_numpy(), b.answer_rate_.to_numpy(), atol=1e-9)
+    assert (b.truths_.loc[gold.index] == gold).all()
+
+
+def test_compiled_null_e_step_is_the_numpy_one():
+    # The compiled E step (symmetric channel, digamma as log(y) + c) against AwareNull.e_step,
+    # which is checked against enumeration in test_aware_null.py.
+    rng = np.random.default_rng(6)
+    channel = null_channel(KRRNull.from_epsilon(1.0, 0, 3))
+    counts = rng.integers(0, 9, (50, 5)).astype(float)
+    n_q = counts.sum(axis=1)
+    expected = rng.uniform(0.01, 1.0, (50, 5)) * n_q[:, None] / 3.0
+    rate, prior = np.array([3.0, 7.0]), np.array([0.2, 1.5, 0.1, 4.0])
+    want, predicted = AwareNull.e_step(counts, channel, expected, n_q, rate, prior)
+    out, w = np.empty(5), np.empty(5)
+    for q in range(50):
+        y, c = _kernels._psi_parts_nb(n_q[q] + rate.sum())
+        loglik = _kernels._null_e_step_nb(
+            counts[q],
+            channel[0, 0],
+            channel[0, 1],
+            *rate,
+            prior,
+            prior.sum(),
+            np.log(y) + c,
+            expected[q],
+            out,
+            w,
+        )
+        np.testing.assert_allclose(out, want[q], rtol=1e-12)
+        np.testing.assert_allclose(loglik, counts[q] @ np.log(predicted[q]), rtol=1e-12)
+
+
+def test_compiled_digamma_is_scipys():
+    x = np.r_[np.logspace(-12, 7, 2000), np.linspace(0.01, 12, 2000)]
+    parts = np.array([_kernels._psi_parts_nb(v) for v in x])
+    got, want = np.log(parts[:, 0]) + parts[:, 1], digamma(x)
+    # Relative where |psi| is large (psi(1e-12) = -1e12), absolute near its root (1.46).
+    assert (np.abs(got - want) <= 1e-12 * np.maximum(1.0, np.abs(want))).all()
 
 
 def test_layout_sorts_only_when_needed():

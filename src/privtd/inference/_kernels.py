@@ -183,6 +183,10 @@ def _grid_posterior_np(
 
 
 # ---------------------------------------------------------------------- numba versions
+#: psi(x) ~ log x - 1 / (2x) - sum_n B_2n / (2n x^2n), the coefficients -B_2n / 2n from n = 7
+#: down to 1 (Horner's order).
+_PSI_SERIES = (-1 / 12, 691 / 32760, -1 / 132, 1 / 240, -1 / 252, 1 / 120, -1 / 12)
+
 if numba is not None:
     # Module-level (not closures) so numba can cache the compiled code on disk.
     _jit = numba.njit(cache=True, nogil=True)
@@ -452,6 +456,147 @@ if numba is not None:
                 out[w[i]] += 1.0
         return out
 
+    # AwareNull's per-task variational Bayes (numpy reference: AwareNull._solve_numpy). Each
+    # task iterates in registers until its own truth settles, so converged tasks cost nothing.
+    # Transcendentals are the cost here (a fit is a few thousand tasks x tens of E steps), so
+    # each digamma comes as parts with psi(x) = log(y) + c, and exp(psi(x) + t) = y exp(c + t)
+    # needs no logarithm.
+    @_jit
+    def _psi_parts_nb(x):
+        # For x < 6, psi(x) = psi(x + 6) - sum_k 1 / (x + k) with the sum as one fraction; then
+        # the asymptotic series (its first omitted term is below 1e-13 from 6 on).
+        c = 0.0
+        if x < 6.0:
+            num, den = 0.0, 1.0
+            for k in range(6):
+                num = num * (x + k) + den
+                den *= x + k
+            c = -num / den
+            x += 6.0
+        f = 1.0 / (x * x)
+        series = 0.0
+        for coef in _PSI_SERIES:
+            series = f * (coef + series)
+        return x, c - 0.5 / x + series
+
+    @_jit
+    def _null_e_step_nb(counts, keep, other, r0, r1, prior, prior_sum, psi_total, e, out, w):
+        # One VB E step of one task (AwareNull.e_step); returns sum_x counts_x log(predicted_x).
+        g = prior.shape[0]
+        answered = 0.0
+        for s in range(g):
+            answered += e[s]
+        y1, c1 = _psi_parts_nb(answered + r0)
+        y2, c2 = _psi_parts_nb(answered + prior_sum)
+        shift = np.log(y1 / y2) + c1 - c2 - psi_total
+        total = 0.0
+        for s in range(g):
+            y, c = _psi_parts_nb(e[s] + prior[s])
+            w[s] = y * np.exp(c + shift)
+            total += w[s]
+        y, c = _psi_parts_nb(e[g] + r1)
+        w[g] = y * np.exp(c - psi_total)
+        total += w[g]
+        # The channel keeps with ``keep`` and reports each other symbol with ``other``.
+        gap = keep - other
+        ratio_sum, loglik = 0.0, 0.0
+        for x in range(g + 1):
+            predicted = other * total + gap * w[x]
+            out[x] = counts[x] / predicted  # the ratio, for now
+            ratio_sum += out[x]
+            if counts[x] > 0.0:
+                loglik += counts[x] * np.log(predicted)
+        for z in range(g + 1):
+            out[z] = w[z] * (other * ratio_sum + gap * out[z])
+        return loglik
+
+    @_jit
+    def _null_truth_nb(e, prior, low, median):
+        # AwareNull's summary of the posterior predictive e[:g] + prior (grouped median or mean).
+        g = prior.shape[0]
+        total = 0.0
+        for s in range(g):
+            total += e[s] + prior[s]
+        if not median:
+            moment = 0.0
+            for s in range(g):
+                moment += (e[s] + prior[s]) * s
+            return low + moment / total
+        below = 0.0
+        for s in range(g):
+            share = (e[s] + prior[s]) / total
+            if below + share >= 0.5 or s == g - 1:
+                inside = min(max((0.5 - below) / max(share, 1e-12), 0.0), 1.0)
+                return low + s - 0.5 + inside
+            below += share
+        return low  # unreachable: the last score always returns
+
+    @_par
+    def _aware_null_tasks_nb(
+        counts,
+        keep,
+        other,
+        n_q,
+        rate,
+        prior,
+        expected,
+        truth,
+        active,
+        low,
+        median,
+        tol,
+        max_iter,
+        n_chunks,
+    ):
+        n_t, k = counts.shape
+        prior_sum = prior.sum()
+        steps = np.zeros(n_t, np.int64)
+        final = np.zeros(n_t)
+        trace = np.zeros((n_chunks, max_iter))
+        for ch in numba.prange(n_chunks):
+            e1, e2, jump, w = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+            log0, r, v = np.empty(k), np.empty(k), np.empty(k)
+            for q in range(ch * n_t // n_chunks, (ch + 1) * n_t // n_chunks):
+                if not active[q]:
+                    continue
+                e0, c = expected[q], counts[q]
+                psi_y, psi_c = _psi_parts_nb(n_q[q] + rate[0] + rate[1])
+                psi_total = np.log(psi_y) + psi_c
+                r0, r1 = rate[0], rate[1]
+                for step in range(max_iter):
+                    # SQUAREM in log space, as AwareNull._accelerated_step.
+                    _null_e_step_nb(c, keep, other, r0, r1, prior, prior_sum, psi_total, e0, e1, w)
+                    _null_e_step_nb(c, keep, other, r0, r1, prior, prior_sum, psi_total, e1, e2, w)
+                    r_norm, v_norm = 0.0, 0.0
+                    for z in range(k):
+                        log0[z] = np.log(max(e0[z], 1e-300))
+                        log1 = np.log(max(e1[z], 1e-300))
+                        r[z] = log1 - log0[z]
+                        v[z] = np.log(max(e2[z], 1e-300)) - log1 - r[z]
+                        r_norm += r[z] * r[z]
+                        v_norm += v[z] * v[z]
+                    r_norm, v_norm = np.sqrt(r_norm), np.sqrt(v_norm)
+                    alpha = min(-r_norm / (v_norm if v_norm > 0.0 else 1.0), -1.0)
+                    finite = True
+                    for z in range(k):
+                        jump[z] = np.exp(log0[z] - 2.0 * alpha * r[z] + alpha * alpha * v[z])
+                        finite = finite and np.isfinite(jump[z])
+                    if not finite:  # a huge step length overflowed: keep the second E step
+                        jump[:] = e2
+                    loglik = _null_e_step_nb(
+                        c, keep, other, r0, r1, prior, prior_sum, psi_total, jump, e0, w
+                    )
+                    trace[ch, step] += loglik
+                    new = _null_truth_nb(e0, prior, low, median)
+                    steps[q] = step + 1
+                    final[q] = loglik
+                    settled = abs(new - truth[q]) < tol
+                    truth[q] = new
+                    if settled:
+                        active[q] = False
+                        break
+        return steps, final, trace.sum(axis=0)
+
     _NUMBA_KERNELS: dict[str, Callable[..., Any]] = {
         "label_counts": _label_counts_nb,
         "agreement": _agreement_nb,
@@ -467,6 +612,7 @@ if numba is not None:
         "worker_sum": _worker_sum_nb,
         "softmax_loglik": _softmax_loglik_nb,
         "grid_posterior": _grid_posterior_nb,
+        "aware_null_tasks": _aware_null_tasks_nb,
     }
 
 _NUMPY: dict[str, Callable[..., Any]] = {
@@ -684,6 +830,46 @@ def grid_posterior(
         np.ascontiguousarray(basis, dtype=float),
         np.ascontiguousarray(log_prior, dtype=float),
         np.ascontiguousarray(targets, dtype=float),
+    )
+
+
+def aware_null_tasks(
+    counts: np.ndarray,
+    channel: np.ndarray,
+    n_q: np.ndarray,
+    rate: np.ndarray,
+    prior: np.ndarray,
+    expected: np.ndarray,
+    truth: np.ndarray,
+    active: np.ndarray,
+    low: float,
+    median: bool,
+    tol: float,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AwareNull's fit of every active task, compiled (numba only; the numpy path is
+    ``AwareNull._solve_numpy``). Updates ``expected``, ``truth`` and ``active`` in place and
+    returns per task the steps taken and the last log-likelihood, and per step the summed
+    log-likelihood of the tasks still stepping."""
+    if _backend != "numba":
+        raise ValidationError("aware_null_tasks is compiled only; use AwareNull._solve_numpy.")
+    # 16 fixed blocks: enough to balance tasks that take 1 and 40 steps over the threads, and
+    # the per-step sums do not depend on the thread count.
+    return _kernel("aware_null_tasks")(
+        counts,
+        float(channel[0, 0]),
+        float(channel[0, 1]),
+        n_q,
+        rate,
+        prior,
+        expected,
+        truth,
+        active,
+        float(low),
+        bool(median),
+        float(tol),
+        int(max_iter),
+        16,
     )
 
 

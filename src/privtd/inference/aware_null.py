@@ -36,6 +36,7 @@ Workers' own qualities are not modelled (every answer of a task counts the same)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from scipy.special import digamma
 
 from ..answers import Answers
 from ..errors import ValidationError
+from . import _kernels
 from ._base import Estimator, Gold, _check_float
 
 
@@ -253,26 +255,25 @@ class AwareNull(Estimator):
         truth = truths_of(expected)
         if gold is not None:
             truth[gold.index] = gold.value
-        loglik = np.zeros(answers.n_tasks)
         # Tasks are independent given the fixed prior: each stops on its own, so the few slow
         # ones (small epsilon, tasks near the middle) do not keep the rest iterating.
         active = np.ones(answers.n_tasks, dtype=bool)
         if gold is not None:
             active[gold.index] = False
-        objective: list[float] = []
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            rows = np.flatnonzero(active)
-            expected[rows], loglik[rows] = self._accelerated_step(
-                counts[rows], channel, expected[rows], n_q[rows], rate, scores_prior
+        problem = (counts, channel, n_q, rate, scores_prior, expected, truth, active)
+        if _kernels.get_backend() == "numba":
+            median = self.location == "median"
+            steps, final, trace = _kernels.aware_null_tasks(
+                *problem, mech.low, median, self.tol, self.max_iter
             )
-            objective.append(float(loglik.sum()) / max(float(n_q.sum()), 1.0))
-            new = truths_of(expected[rows])
-            active[rows] = np.abs(new - truth[rows]) >= self.tol
-            truth[rows] = new
-            if not active.any():
-                break
+        else:
+            steps, final, trace = self._solve_numpy(*problem, truths_of)
+        n_iter = max(int(steps.max(initial=0)), 1)
+        self._tick(n_iter)
+        # The objective after each step: the tasks still stepping, plus the last value of those
+        # that stopped (gold tasks count 0).
+        stopped = np.cumsum(np.bincount(steps, weights=final, minlength=n_iter + 1))
+        objective = (trace[:n_iter] + stopped[:n_iter]) / max(float(n_q.sum()), 1.0)
         converged = not active.any()
         answered = expected[:, :g].sum(axis=1)
         self.answer_rate_ = pd.Series(
@@ -281,6 +282,40 @@ class AwareNull(Estimator):
         self.pooled_ = pooled
         self.strengths_ = strengths
         self._set_results(answers, truth, n_iter=n_iter, converged=converged, objective=objective)
+
+    def _solve_numpy(
+        self,
+        counts: np.ndarray,
+        channel: np.ndarray,
+        n_q: np.ndarray,
+        rate: np.ndarray,
+        scores_prior: np.ndarray,
+        expected: np.ndarray,
+        truth: np.ndarray,
+        active: np.ndarray,
+        truths_of: Callable[[np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Accelerated steps over the still-active tasks, vectorised across them (the compiled
+        twin is ``_kernels.aware_null_tasks``). Updates ``expected``, ``truth`` and ``active`` in
+        place; returns per task the steps taken and its last log-likelihood, and per step the
+        summed log-likelihood of the tasks that stepped."""
+        steps = np.zeros(counts.shape[0], dtype=np.int64)
+        final = np.zeros(counts.shape[0])
+        trace = np.zeros(self.max_iter)
+        for step in range(self.max_iter):
+            rows = np.flatnonzero(active)
+            if rows.size == 0:
+                break
+            expected[rows], loglik = self._accelerated_step(
+                counts[rows], channel, expected[rows], n_q[rows], rate, scores_prior
+            )
+            trace[step] = loglik.sum()
+            steps[rows] = step + 1
+            final[rows] = loglik
+            new = truths_of(expected[rows])
+            active[rows] = np.abs(new - truth[rows]) >= self.tol
+            truth[rows] = new
+        return steps, final, trace
 
     def _symbol_counts(self, answers: Answers) -> np.ndarray:
         """Per task the count of each reported symbol: scores, then NULL."""
