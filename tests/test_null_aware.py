@@ -74,6 +74,28 @@ def test_laplace_null_output():
     assert abs(grid[~answered].mean()) < 4 * 2.5 * math.sqrt(2) / math.sqrt(nulls.size)
 
 
+def test_laplace_null_report_is_a_uniform_answers_report():
+    # Why AwareNull has no Laplace variant (docs/reproduction.md): a NULL cell's report has the
+    # law of an answer drawn uniformly from the scores, so no estimator can tell the answered
+    # share from the reports.
+    m = LaplaceNull.from_epsilon(4.0, low=0, high=4)  # noise scale 1.25
+    n_workers, n_tasks = 400, 100
+    worker = np.repeat(np.arange(n_workers, dtype=np.int32), n_tasks // 2)
+    task = np.tile(np.arange(n_tasks // 2, dtype=np.int32), n_workers)
+    uniform = np.random.default_rng(7).integers(0, 5, worker.size).astype(float)
+    # Tasks 0-49 answered uniformly at random, tasks 50-99 left NULL by everyone.
+    data = Answers(task, worker, uniform, pd.RangeIndex(n_tasks), pd.RangeIndex(n_workers))
+    out = m.perturb(data, rng=8)
+    from_answers = out.value[out.task < n_tasks // 2]
+    from_nulls = out.value[out.task >= n_tasks // 2]
+    assert from_answers.size == from_nulls.size == 20_000
+    assert stats.ks_2samp(from_answers, from_nulls).pvalue > 1e-3
+    # The test has power: answers all equal to the middle score are told apart at once.
+    middle = Answers(task, worker, np.full(worker.size, 2.0), data.tasks, data.workers)
+    out = m.perturb(middle, rng=8)
+    assert stats.ks_2samp(out.value[out.task < 50], out.value[out.task >= 50]).pvalue < 1e-6
+
+
 @pytest.mark.parametrize(
     "mech",
     [

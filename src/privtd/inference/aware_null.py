@@ -20,10 +20,10 @@ public channel's output for its cell:
 - ``two-layer-null``: the same with the keep probability marginalised over the worker's private
   budget (a worker's cells are then treated as independent).
 
-P3's Laplace mechanism is not modelled: its per-report likelihood made a fit cost ~100 s on P3's
-2,000 x 200 design (400,000 reports x 11 symbols per iteration, before the log-space
-acceleration) and at sparsity 0.9 it moved the MAE change by less than 0.1 (documented in
-``docs/reproduction.md``).
+P3's Laplace mechanism is not modelled: it fills a NULL cell with a uniformly drawn score before
+adding noise, so a NULL's report has the law of a uniformly random answer and the reports cannot
+tell the answered share apart; deconvolving the noise alone cost ~100 s per fit on P3's 2,000 x
+200 design and moved the MAE change by less than 0.1 at sparsity 0.9 (``docs/reproduction.md``).
 
 Variational Bayes: responsibilities over each report's latent symbol use ``exp(E[log p_q])``,
 ``q(p_q)`` is the nested Dirichlet updated with the expected counts. A task's truth summarises
