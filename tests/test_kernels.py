@@ -10,6 +10,7 @@ from scipy.special import digamma
 from privtd import ValidationError, datasets
 from privtd.experiments import bigdata18
 from privtd.inference import (
+    AwareDawidSkene,
     AwareGaussian,
     AwareNull,
     AwareOneCoin,
@@ -19,7 +20,7 @@ from privtd.inference import (
     _kernels,
 )
 from privtd.inference.aware_null import null_channel
-from privtd.mechanisms import ExpGaussian, KRRNull, TwoLayerNull, TwoLayerRR
+from privtd.mechanisms import ExpGaussian, KRRNull, OneLayerRR, TwoLayerNull, TwoLayerRR
 
 
 def test_numba_is_installed_for_tests():
@@ -83,6 +84,26 @@ def test_backends_agree_on_the_aware_models(backend):
         np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
         np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
         np.testing.assert_allclose(a.truths_.to_numpy(float), b.truths_.to_numpy(float))
+
+
+@pytest.mark.parametrize(
+    ("k", "mech"), [(3, OneLayerRR.from_epsilon(1.0, 3)), (2, TwoLayerRR.from_epsilon(0.5))]
+)
+def test_backends_agree_on_aware_dawid_skene(k, mech, backend):
+    # The compiled worker step (one flip, and a flip law on a grid) against the numpy one.
+    answers, truth, _ = datasets.make_categorical(1500, 40, k, answers_per_task=5, rng=13)
+    noisy = mech.perturb(answers, rng=14)
+    gold = truth.iloc[:20]
+    fitted = {}
+    for name in ("numpy", "numba"):
+        backend(name)
+        fitted[name] = AwareDawidSkene(mech).fit(noisy, gold=gold)
+    a, b = fitted["numpy"], fitted["numba"]
+    assert a.n_iter_ == b.n_iter_ > 3
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
+    np.testing.assert_allclose(a.probas_, b.probas_, atol=1e-9)
+    np.testing.assert_allclose(a.confusions_, b.confusions_, atol=1e-9)
+    np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
 
 
 @pytest.mark.parametrize(

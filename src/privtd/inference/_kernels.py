@@ -456,6 +456,64 @@ if numba is not None:
                 out[w[i]] += 1.0
         return out
 
+    # AwareDawidSkene's worker step (numpy reference: AwareDawidSkene._update_workers): per
+    # worker and flip grid point a K x K table, so numpy's cost there is call overhead.
+    @_jit
+    def _flip_posterior_nb(counts, pi, scale, spread, log_h, composed, q):
+        # composed[s] = R_s pi (floored), q = the worker's posterior over the flip grid.
+        n_s, k = scale.shape[0], pi.shape[0]
+        top = -np.inf
+        for s in range(n_s):
+            total = log_h[s]
+            for z in range(k):
+                for y in range(k):
+                    c = max(scale[s] * pi[z, y] + spread[s], 1e-300)
+                    composed[s, z, y] = c
+                    total += counts[z, y] * np.log(c)
+            q[s] = total
+            top = max(top, total)
+        norm = 0.0
+        for s in range(n_s):
+            q[s] = np.exp(q[s] - top)
+            norm += q[s]
+        for s in range(n_s):
+            q[s] /= norm
+
+    @_par
+    def _aware_ds_workers_nb(counts, pi, scale, spread, log_h, alpha):
+        n_w, k = pi.shape[0], pi.shape[1]
+        n_s = scale.shape[0]
+        new_pi = np.empty_like(pi)
+        q = np.empty((n_w, n_s))
+        log_conf = np.zeros_like(pi)
+        for w in numba.prange(n_w):
+            composed = np.empty((n_s, k, k))
+            _flip_posterior_nb(counts[w], pi[w], scale, spread, log_h, composed, q[w])
+            # Own answers behind the channel: N[x, y] = pi[x, y] sum_s q_s (scale_s c[x, y] /
+            # comp_s[x, y] + spread_s sum_z c[z, y] / comp_s[z, y]), then the Dirichlet prior.
+            own = np.zeros((k, k))
+            for s in range(n_s):
+                for y in range(k):
+                    column = 0.0
+                    for z in range(k):
+                        column += counts[w, z, y] / composed[s, z, y]
+                    for x in range(k):
+                        ratio = counts[w, x, y] / composed[s, x, y]
+                        own[x, y] += q[w, s] * (scale[s] * ratio + spread[s] * column)
+            for y in range(k):
+                total = 0.0
+                for x in range(k):
+                    own[x, y] = pi[w, x, y] * own[x, y] + alpha[x, y]
+                    total += own[x, y]
+                for x in range(k):
+                    new_pi[w, x, y] = own[x, y] / total
+            _flip_posterior_nb(counts[w], new_pi[w], scale, spread, log_h, composed, q[w])
+            for s in range(n_s):
+                for z in range(k):
+                    for y in range(k):
+                        log_conf[w, z, y] += q[w, s] * np.log(composed[s, z, y])
+        return new_pi, q, log_conf
+
     # AwareNull's per-task variational Bayes (numpy reference: AwareNull._solve_numpy). Each
     # task iterates in registers until its own truth settles, so converged tasks cost nothing.
     # Transcendentals are the cost here (a fit is a few thousand tasks x tens of E steps), so
@@ -613,6 +671,7 @@ if numba is not None:
         "softmax_loglik": _softmax_loglik_nb,
         "grid_posterior": _grid_posterior_nb,
         "aware_null_tasks": _aware_null_tasks_nb,
+        "aware_ds_workers": _aware_ds_workers_nb,
     }
 
 _NUMPY: dict[str, Callable[..., Any]] = {
@@ -830,6 +889,29 @@ def grid_posterior(
         np.ascontiguousarray(basis, dtype=float),
         np.ascontiguousarray(log_prior, dtype=float),
         np.ascontiguousarray(targets, dtype=float),
+    )
+
+
+def aware_ds_workers(
+    counts: np.ndarray,
+    pi: np.ndarray,
+    channel: tuple[np.ndarray, np.ndarray],
+    log_h: np.ndarray,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AwareDawidSkene's worker step, compiled (numba only; the numpy path is
+    ``AwareDawidSkene._update_workers``): new own confusions, flip posteriors and expected log
+    confusions."""
+    if _backend != "numba":
+        raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
+    scale, spread = channel
+    return _kernel("aware_ds_workers")(
+        np.ascontiguousarray(counts),
+        np.ascontiguousarray(pi),
+        np.ascontiguousarray(scale, dtype=float),
+        np.ascontiguousarray(spread, dtype=float),
+        np.ascontiguousarray(log_h, dtype=float),
+        np.ascontiguousarray(alpha, dtype=float),
     )
 
 

@@ -239,7 +239,9 @@ class AwareDawidSkene(Estimator):
         alpha: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """New own confusions, then flip posteriors and expected log confusions under them,
-        block by block of workers."""
+        block by block of workers (compiled per worker under numba)."""
+        if _kernels.get_backend() == "numba":
+            return _kernels.aware_ds_workers(counts, pi, channel, log_h, alpha)
         n_w, k, n_s = pi.shape[0], pi.shape[1], log_h.size
         block = max(1, _BLOCK_CELLS // (n_s * k * k))
         new_pi = np.empty_like(pi)
