@@ -241,9 +241,13 @@ if numba is not None:
                     top = v
             total = 0.0
             for c in range(n_c):
-                row[c] = np.exp(row[c] - top)
+                # exp underflows to exactly 0 below -745.2: skipping those cells changes no
+                # bit, and a worker's posterior is that narrow over most of a wide grid.
+                row[c] = np.exp(row[c] - top) if row[c] - top > -746.0 else 0.0
                 total += row[c]
             for c in range(n_c):
+                if row[c] == 0.0:
+                    continue
                 p = row[c] / total
                 mean_post[c] += p
                 for m in range(n_m):
