@@ -182,6 +182,28 @@ def numeric(args: argparse.Namespace) -> None:
                 flush=True,
             )
 
+    # How much of the gain over CRH is the mechanism's law: on the emotion scores, 10 releases
+    # per epsilon, the aware fit against the same model told no mechanism (paired).
+    data = privtd.datasets.load("emotion")
+    answers = data.answers
+    gold = answers.encode_tasks(data.truth.index, "truth")
+    truth = data.truth.to_numpy(dtype=float)
+    low, high = float(answers.value.min()), float(answers.value.max())
+    print("emotion  eps | MAE crh  aware  plain | aware - plain ± SE (10 releases)")
+    for eps in (0.5, 1.0, 2.0, 4.0):
+        mech = ExpGaussian.from_epsilon(eps, low, high)
+        mae = np.empty((10, 3))
+        for trial in range(10):
+            perturbed = mech.perturb(answers, rng=args.seed + trial)
+            for j, est in enumerate((CRH(), AwareGaussian(mech), AwareGaussian(None))):
+                mae[trial, j] = np.abs(est.fit(perturbed).truths_.to_numpy()[gold] - truth).mean()
+        diff = mae[:, 1] - mae[:, 2]
+        print(
+            f"emotion  {eps:3.1f} | {mae[:, 0].mean():.1f}  {mae[:, 1].mean():.1f}  "
+            f"{mae[:, 2].mean():.1f} | {diff.mean():+.2f} ± {diff.std(ddof=1) / np.sqrt(10):.2f}",
+            flush=True,
+        )
+
 
 def sparse_instances(
     seed: int,
