@@ -888,12 +888,12 @@ def grid_posterior(
     coef[u, j] basis[c, j]`` normalised, reduced without materialising it: per worker the
     expectations of ``targets`` (cells x m), the posterior averaged over workers, and the log of
     each worker's normaliser."""
-    return _kernel("grid_posterior")(
-        np.ascontiguousarray(coef, dtype=float),
-        np.ascontiguousarray(basis, dtype=float),
-        np.ascontiguousarray(log_prior, dtype=float),
-        np.ascontiguousarray(targets, dtype=float),
-    )
+    return _kernel("grid_posterior")(*_contiguous_floats(coef, basis, log_prior, targets))
+
+
+def _contiguous_floats(*arrays: np.ndarray) -> list[np.ndarray]:
+    # The compiled kernels are typed for C-contiguous float64 arrays.
+    return [np.ascontiguousarray(a, dtype=float) for a in arrays]
 
 
 def aware_ds_workers(
@@ -909,14 +909,7 @@ def aware_ds_workers(
     if _backend != "numba":
         raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
     scale, spread = channel
-    return _kernel("aware_ds_workers")(
-        np.ascontiguousarray(counts),
-        np.ascontiguousarray(pi),
-        np.ascontiguousarray(scale, dtype=float),
-        np.ascontiguousarray(spread, dtype=float),
-        np.ascontiguousarray(log_h, dtype=float),
-        np.ascontiguousarray(alpha, dtype=float),
-    )
+    return _kernel("aware_ds_workers")(*_contiguous_floats(counts, pi, scale, spread, log_h, alpha))
 
 
 def aware_null_tasks(
