@@ -519,7 +519,15 @@ def perturb(
     "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
 )
 @click.option("--epsilon", "-e", type=float, help="Calibrate the mechanism to this epsilon.")
-@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE", help="Mechanism parameter.")
+@click.option(
+    "--param",
+    "-p",
+    "--mechanism-param",
+    "param",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Mechanism parameter (--mechanism-param is the same, as infer spells it).",
+)
 @click.option(
     "--samples",
     "-n",
@@ -591,7 +599,15 @@ def audit_cmd(
     help="The mechanism that produced PERTURBED (reported beside the result).",
 )
 @click.option("--epsilon", "-e", type=float, help="Its per-answer epsilon.")
-@click.option("--param", "-p", multiple=True, metavar="KEY=VALUE", help="Mechanism parameter.")
+@click.option(
+    "--param",
+    "-p",
+    "--mechanism-param",
+    "param",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Mechanism parameter (--mechanism-param is the same, as infer spells it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def attack_cmd(
     perturbed: str,
@@ -844,9 +860,12 @@ def reproduce(
 @click.option(
     "--param",
     "-p",
+    "--mechanism-param",
+    "param",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Mechanism parameter, repeatable (e.g. -p f=0.3 -p n_labels=4).",
+    help="Mechanism parameter, repeatable (e.g. -p f=0.3 -p n_labels=4; --mechanism-param is "
+    "the same, as infer spells it).",
 )
 def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
     """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
@@ -928,7 +947,13 @@ def campaign() -> None:
 )
 @click.option("--mechanism", required=True, help="one-layer, two-layer, binary-rr, ...")
 @click.option("--epsilon", type=float, help="The mechanism's epsilon (or give --param).")
-@click.option("--param", multiple=True, help="Mechanism parameter KEY=VALUE (repeatable).")
+@click.option(
+    "--param",
+    "--mechanism-param",
+    "param",
+    multiple=True,
+    help="Mechanism parameter KEY=VALUE (repeatable; --mechanism-param is the same).",
+)
 @click.option("--labels", help="Comma-separated answer domain, for categorical mechanisms.")
 @click.option("--budget", required=True, type=float, help="Each worker's privacy budget.")
 @click.option("--method", help="Inference method (default: the perturbation-aware one).")

@@ -67,6 +67,7 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
         if "'low'" in str(exc) or "'high'" in str(exc):
             raise ValidationError(
                 f"The {name} mechanism needs the declared answer range, which its guarantee "
-                "rests on: pass low=... and high=... (CLI: -p low=0 -p high=4)."
+                "rests on: pass low=... and high=... "
+                "(CLI: --mechanism-param low=0 --mechanism-param high=4)."
             ) from None
         raise ValidationError(f"Bad parameter for mechanism {name!r}: {exc}.") from None
