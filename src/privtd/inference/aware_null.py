@@ -41,12 +41,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import digamma
+from scipy.special import digamma, gammaln
 
 from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
-from ._base import Estimator, Gold, _check_float
+from ._base import Estimator, Gold, _check_choice, _check_float
 
 
 def null_channel(mechanism: Any) -> np.ndarray:
@@ -116,6 +116,39 @@ def grouped_median(weights: np.ndarray, low: float) -> np.ndarray:
     return low + k - 0.5 + np.clip(inside, 0.0, 1.0)
 
 
+def variational_bound(
+    counts: np.ndarray,
+    channel: np.ndarray,
+    expected: np.ndarray,
+    n_q: np.ndarray,
+    rate: np.ndarray,
+    scores_prior: np.ndarray,
+) -> np.ndarray:
+    """Per task, the evidence lower bound of the posterior ``q(p_q)`` = prior + ``expected``
+    with each report's latent symbol at its optimal responsibilities: ``sum_x c_x log (w C^T)_x``
+    (``w = exp(E_q[log p_q])``) less ``KL(q(p_q) || prior)``, the Beta and Dirichlet levels
+    apart. It compares fixed points of the same task: the higher one explains its reports
+    better for the prior's cost."""
+    g = scores_prior.size
+    _, predicted = AwareNull.e_step(counts, channel, expected, n_q, rate, scores_prior)
+    fit = (counts * np.log(predicted)).sum(axis=1)
+    answered = expected[:, :g].sum(axis=1)
+    levels = (
+        (np.column_stack([answered + rate[0], expected[:, g] + rate[1]]), rate),
+        (expected[:, :g] + scores_prior, scores_prior),
+    )
+    for post, prior in levels:
+        total = post.sum(axis=1)
+        fit -= (
+            gammaln(total)
+            - gammaln(post).sum(axis=1)
+            - gammaln(prior.sum())
+            + gammaln(prior).sum()
+            + ((post - prior) * (digamma(post) - digamma(total)[:, None])).sum(axis=1)
+        )
+    return fit
+
+
 def moment_strengths(
     counts: np.ndarray, channel: np.ndarray, pooled: np.ndarray, keep_variance: float = 0.0
 ) -> tuple[float, float]:
@@ -181,14 +214,20 @@ class AwareNull(Estimator):
     strength : float > 0 or None, default None
         Pseudo-answers in each level of the prior. None learns each level's strength from the
         data (method of moments, at least 1); a number fixes both.
+    start : {"pooled", "deconvolved"}, default "pooled"
+        Where each task's iteration starts: the pooled distribution, or its own report counts
+        pushed through the channel's inverse (clipped at 0). A task's variational fit can have
+        several fixed points where the prior holds under one pseudo-answer per score; the two
+        starts can end at different ones (``bound_`` tells which explains the reports better).
     max_iter : int, default 1000
         Accelerated steps (three E steps each).
     tol : float, default 1e-4
         On the largest change of a truth, in score units.
 
     Fitted: ``truths_``, ``answer_rate_`` (per task, the posterior mean share of workers who
-    answered it), ``pooled_`` (the pooled distribution of true symbols, scores then NULL) and
-    ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level). The answers
+    answered it), ``pooled_`` (the pooled distribution of true symbols, scores then NULL),
+    ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level) and
+    ``bound_`` (per task, the variational bound of its fit, computed on demand). The answers
     must be the mechanism's release of every worker's full row over the tasks: non-NULL reports
     as answers, NULL reports left out (as ``perturb`` returns them); a task's NULL reports are
     counted as the workers minus its answers.
@@ -203,12 +242,14 @@ class AwareNull(Estimator):
         *,
         location: str = "median",
         strength: float | None = None,
+        start: str = "pooled",
         max_iter: int = 1000,
         tol: float = 1e-4,
     ) -> None:
         self.mechanism = mechanism
         self.location = location
         self.strength = strength
+        self.start = start
         self.max_iter = max_iter
         self.tol = tol
 
@@ -220,6 +261,7 @@ class AwareNull(Estimator):
             )
         if self.strength is not None:
             _check_float(type(self).__name__, "strength", self.strength, 0.0, low_open=True)
+        _check_choice(type(self).__name__, "start", self.start, ("pooled", "deconvolved"))
         null_channel(self.mechanism)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
@@ -250,8 +292,14 @@ class AwareNull(Estimator):
                 return grouped_median(predictive, mech.low)
             return (predictive @ scores) / predictive.sum(axis=1)
 
-        # Start every task at the pooled distribution.
         expected = np.outer(n_q, np.maximum(pooled, _TINY))
+        if self.start == "deconvolved":
+            # Each task's counts through the channel's inverse, clipped, rescaled to its cells,
+            # with a trace of the pooled start so that no symbol starts at exactly 0.
+            keep, other = channel[0, 0], channel[0, 1]
+            own = np.maximum((counts - other * n_q[:, None]) / (keep - other), 0.0)
+            own += 1e-3 * expected / np.maximum(n_q, 1.0)[:, None]
+            expected = own * (n_q / own.sum(axis=1))[:, None]
         truth = truths_of(expected)
         if gold is not None:
             truth[gold.index] = gold.value
@@ -281,7 +329,19 @@ class AwareNull(Estimator):
         )
         self.pooled_ = pooled
         self.strengths_ = strengths
+        # For bound_, computed on demand (one more E step; most callers never ask).
+        self._posterior = (counts, channel, expected, n_q, rate, scores_prior, answers.tasks)
         self._set_results(answers, truth, n_iter=n_iter, converged=converged, objective=objective)
+
+    @property
+    def bound_(self) -> pd.Series:
+        """Per task, the variational bound of its fit (``variational_bound``): between two
+        fits of the same release (other starts, other settings), the higher bound is the
+        better explanation of that task's reports."""
+        if not hasattr(self, "_posterior"):
+            raise ValidationError("AwareNull is not fitted yet: call fit(answers) first.")
+        *state, tasks = self._posterior
+        return pd.Series(variational_bound(*state), index=tasks, name="bound")
 
     def _solve_numpy(
         self,
