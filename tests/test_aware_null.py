@@ -109,6 +109,8 @@ def test_gold_is_pinned_and_bad_input_is_refused():
         AwareNull(mech, location="mode").fit(released.to_frame())
     with pytest.raises(ValidationError, match="start"):
         AwareNull(mech, start="middle").fit(released.to_frame())
+    with pytest.raises(ValidationError, match="estimate"):
+        AwareNull(mech, estimate="mode").fit(released.to_frame())
     with pytest.raises(ValidationError, match="not fitted"):
         _ = AwareNull(mech).bound_
 
@@ -163,6 +165,51 @@ def test_two_starts_and_the_bound_between_them():
     # The same fixed point has the same bound; different ones are told apart by it.
     np.testing.assert_allclose(bounds[~differ, 0], bounds[~differ, 1], atol=1e-3)
     assert (np.abs(bounds[differ, 0] - bounds[differ, 1]) > 1e-6).all()
+
+
+def test_map_estimate_is_the_penalised_likelihood_maximum():
+    """``estimate="map"``: EM with the posterior means as weights converges to the maximum of
+    ``sum_x c_x log (C p)_x`` plus the log density of the prior with one more pseudo-answer per
+    symbol, here found by a general solver on one task (three scores and NULL)."""
+    channel = null_channel(KRRNull.from_epsilon(1.5, 0, 2))
+    counts = np.array([[5.0, 2.0, 0.0, 9.0]])
+    n_q = counts.sum(axis=1)
+    rate, prior = np.array([1.3, 2.2]), np.array([0.4, 0.3, 0.2])
+    expected = np.full((1, 4), n_q[0] / 4)
+    for _ in range(3000):
+        expected, _ = AwareNull.e_step(counts, channel, expected, n_q, rate, prior, "map")
+    fixed = AwareNull._posterior_mean(expected, n_q, rate, prior)[0]
+
+    def objective(p: np.ndarray) -> float:
+        # Beta(r0 + 1, r1 + 1) on the answered share a = sum p_s, Dir(prior + 1) on p_s / a.
+        answered = p[:3].sum()
+        log_prior = prior @ np.log(p[:3]) + (rate[0] - prior.sum()) * np.log(answered)
+        return -(counts[0] @ np.log(channel @ p) + log_prior + rate[1] * np.log(p[3]))
+
+    best = minimize(
+        objective,
+        np.full(4, 0.25),
+        method="SLSQP",
+        bounds=[(1e-9, 1.0)] * 4,
+        constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
+    np.testing.assert_allclose(fixed, best.x, atol=1e-5)
+
+
+def test_map_estimate_has_one_fixed_point():
+    # Where the variational fit has two fixed points (test_two_starts_and_the_bound_between_them)
+    # the MAP fit ends at the same one from either start.
+    mech = TwoLayerNull.from_epsilon(5.0, 0, 9)
+    answers, _ = bigdata18.synthetic(300, 200, 0.9, np.random.default_rng(5))
+    released = mech.perturb(answers, rng=6)
+    truths = [
+        AwareNull(mech, estimate="map", start=start, strength=1.0, tol=1e-9)
+        .fit(released)
+        .truths_.to_numpy()
+        for start in ("pooled", "deconvolved")
+    ]
+    np.testing.assert_allclose(truths[0], truths[1], atol=1e-6)
 
 
 def test_release_with_fewer_scores_than_noise_alone_gives_the_middle():

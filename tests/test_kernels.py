@@ -110,7 +110,8 @@ def test_backends_agree_on_aware_dawid_skene(k, mech, backend):
     ("mech", "location"),
     [(KRRNull.from_epsilon(2.0, 0, 9), "median"), (TwoLayerNull(3.0, 0, 9), "mean")],
 )
-def test_backends_agree_on_aware_null(mech, location, backend):
+@pytest.mark.parametrize("estimate", ["variational", "map"])
+def test_backends_agree_on_aware_null(mech, location, estimate, backend):
     # P3's design at sparsity 0.5, with gold on some tasks. Where a task converges slowly
     # (epsilon 0.5 here) rounding can move its stopping step, so a well-conditioned setting.
     answers, mu = bigdata18.synthetic(400, 60, 0.5, np.random.default_rng(4))
@@ -119,7 +120,9 @@ def test_backends_agree_on_aware_null(mech, location, backend):
     fitted = {}
     for name in ("numpy", "numba"):
         backend(name)
-        fitted[name] = AwareNull(mech, location=location).fit(released, gold=gold)
+        fitted[name] = AwareNull(mech, location=location, estimate=estimate).fit(
+            released, gold=gold
+        )
     a, b = fitted["numpy"], fitted["numba"]
     assert a.n_iter_ == b.n_iter_ > 3 and a.converged_ and b.converged_
     np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
@@ -128,7 +131,8 @@ def test_backends_agree_on_aware_null(mech, location, backend):
     assert (b.truths_.loc[gold.index] == gold).all()
 
 
-def test_compiled_null_e_step_is_the_numpy_one():
+@pytest.mark.parametrize("estimate", ["variational", "map"])
+def test_compiled_null_e_step_is_the_numpy_one(estimate):
     # The compiled E step (symmetric channel, digamma as log(y) + c) against AwareNull.e_step,
     # which is checked against enumeration in test_aware_null.py.
     rng = np.random.default_rng(6)
@@ -137,22 +141,13 @@ def test_compiled_null_e_step_is_the_numpy_one():
     n_q = counts.sum(axis=1)
     expected = rng.uniform(0.01, 1.0, (50, 5)) * n_q[:, None] / 3.0
     rate, prior = np.array([3.0, 7.0]), np.array([0.2, 1.5, 0.1, 4.0])
-    want, predicted = AwareNull.e_step(counts, channel, expected, n_q, rate, prior)
+    want, predicted = AwareNull.e_step(counts, channel, expected, n_q, rate, prior, estimate)
     out, w = np.empty(5), np.empty(5)
     for q in range(50):
-        y, c = _kernels._psi_parts_nb(n_q[q] + rate.sum())
-        loglik = _kernels._null_e_step_nb(
-            counts[q],
-            channel[0, 0],
-            channel[0, 1],
-            *rate,
-            prior,
-            prior.sum(),
-            np.log(y) + c,
-            expected[q],
-            out,
-            w,
-        )
+        n_total = n_q[q] + rate.sum()
+        y, c = _kernels._psi_parts_nb(n_total)
+        task = (channel[0, 0], channel[0, 1], *rate, prior, prior.sum(), np.log(y) + c, n_total)
+        loglik = _kernels._null_e_step_nb(counts[q], *task, estimate == "map", expected[q], out, w)
         np.testing.assert_allclose(out, want[q], rtol=1e-12)
         np.testing.assert_allclose(loglik, counts[q] @ np.log(predicted[q]), rtol=1e-12)
 

@@ -792,6 +792,13 @@ def secure_em_cmd(
 )
 @click.option("--mf-dim", type=int, default=10, show_default=True, help="bigdata18: MF's d.")
 @click.option(
+    "--aware-estimate",
+    type=click.Choice(["variational", "map"]),
+    default="variational",
+    show_default=True,
+    help="bigdata18: how the NULL-aware columns fit each task (AwareNull's estimate).",
+)
+@click.option(
     "--out",
     "out_dir",
     required=True,
@@ -806,6 +813,7 @@ def reproduce(
     jobs: int | None,
     size: str,
     mf_dim: int,
+    aware_estimate: str,
     out_dir: str,
 ) -> None:
     """Run one of the papers' experiments (or all, with the fidelity report) and write its
@@ -841,6 +849,7 @@ def reproduce(
             jobs=jobs,
             large=large,
             mf_dim=mf_dim,
+            aware_estimate=aware_estimate,
             progress=bar.update,
         )
     click.echo(report.markdown_table(outcome.shown))

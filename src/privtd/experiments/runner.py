@@ -61,6 +61,7 @@ def run(
     jobs: int | None = None,
     large: bool = False,
     mf_dim: int = 10,
+    aware_estimate: str = "variational",
     progress: Callable[[int], None] | None = None,
 ) -> Outcome:
     """Run ``experiment`` and write ``table.csv``, ``table.md``, ``run.json``, its other tables
@@ -89,6 +90,7 @@ def run(
             size=(10_000, 1000) if large else (2000, 200),
             d=mf_dim,
             figures=("vs_sparsity",) if large else ("vs_epsilon", "vs_sparsity"),
+            aware_estimate=aware_estimate,
         )
     else:
         table, facts = ladp.run(trials=trials, seed=seed, progress=progress)
@@ -114,7 +116,11 @@ def run(
         shown = table[["epsilon", *cols]]
         found = checks.kdd18(table, vs_paper)
     elif experiment == "bigdata18":
-        real = None if large else bigdata18.real(trials=trials, seed=seed, d=mf_dim)
+        real = (
+            None
+            if large
+            else bigdata18.real(trials=trials, seed=seed, d=mf_dim, aware_estimate=aware_estimate)
+        )
         if real is not None:
             written += report.write(out, real, facts, "bigdata18: Web and AdultContent", "real")
         written += bigdata18.figures(out, table, real)

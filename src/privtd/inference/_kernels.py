@@ -542,22 +542,32 @@ if numba is not None:
         return x, c - 0.5 / x + series
 
     @_jit
-    def _null_e_step_nb(counts, keep, other, r0, r1, prior, prior_sum, psi_total, e, out, w):
-        # One VB E step of one task (AwareNull.e_step); returns sum_x counts_x log(predicted_x).
+    def _null_e_step_nb(
+        counts, keep, other, r0, r1, prior, prior_sum, psi_total, n_total, use_map, e, out, w
+    ):
+        # One E step of one task (AwareNull.e_step); returns sum_x counts_x log(predicted_x).
+        # Weights: exp(E[log p]) (variational), or the posterior means (map; n_total = n + r0 + r1).
         g = prior.shape[0]
         answered = 0.0
         for s in range(g):
             answered += e[s]
-        y1, c1 = _psi_parts_nb(answered + r0)
-        y2, c2 = _psi_parts_nb(answered + prior_sum)
-        shift = np.log(y1 / y2) + c1 - c2 - psi_total
         total = 0.0
-        for s in range(g):
-            y, c = _psi_parts_nb(e[s] + prior[s])
-            w[s] = y * np.exp(c + shift)
-            total += w[s]
-        y, c = _psi_parts_nb(e[g] + r1)
-        w[g] = y * np.exp(c - psi_total)
+        if use_map:
+            share = (answered + r0) / (n_total * (answered + prior_sum))
+            for s in range(g):
+                w[s] = (e[s] + prior[s]) * share
+                total += w[s]
+            w[g] = (e[g] + r1) / n_total
+        else:
+            y1, c1 = _psi_parts_nb(answered + r0)
+            y2, c2 = _psi_parts_nb(answered + prior_sum)
+            shift = np.log(y1 / y2) + c1 - c2 - psi_total
+            for s in range(g):
+                y, c = _psi_parts_nb(e[s] + prior[s])
+                w[s] = y * np.exp(c + shift)
+                total += w[s]
+            y, c = _psi_parts_nb(e[g] + r1)
+            w[g] = y * np.exp(c - psi_total)
         total += w[g]
         # The channel keeps with ``keep`` and reports each other symbol with ``other``.
         gap = keep - other
@@ -606,6 +616,7 @@ if numba is not None:
         active,
         low,
         median,
+        use_map,
         tol,
         max_iter,
         n_chunks,
@@ -622,13 +633,15 @@ if numba is not None:
                 if not active[q]:
                     continue
                 e0, c = expected[q], counts[q]
-                psi_y, psi_c = _psi_parts_nb(n_q[q] + rate[0] + rate[1])
-                psi_total = np.log(psi_y) + psi_c
                 r0, r1 = rate[0], rate[1]
+                n_total = n_q[q] + r0 + r1
+                psi_y, psi_c = _psi_parts_nb(n_total)
+                psi_total = np.log(psi_y) + psi_c
+                task = (keep, other, r0, r1, prior, prior_sum, psi_total, n_total, use_map)
                 for step in range(max_iter):
                     # SQUAREM in log space, as AwareNull._accelerated_step.
-                    _null_e_step_nb(c, keep, other, r0, r1, prior, prior_sum, psi_total, e0, e1, w)
-                    _null_e_step_nb(c, keep, other, r0, r1, prior, prior_sum, psi_total, e1, e2, w)
+                    _null_e_step_nb(c, *task, e0, e1, w)
+                    _null_e_step_nb(c, *task, e1, e2, w)
                     r_norm, v_norm = 0.0, 0.0
                     for z in range(k):
                         log0[z] = np.log(max(e0[z], 1e-300))
@@ -645,9 +658,7 @@ if numba is not None:
                         finite = finite and np.isfinite(jump[z])
                     if not finite:  # a huge step length overflowed: keep the second E step
                         jump[:] = e2
-                    loglik = _null_e_step_nb(
-                        c, keep, other, r0, r1, prior, prior_sum, psi_total, jump, e0, w
-                    )
+                    loglik = _null_e_step_nb(c, *task, jump, e0, w)
                     trace[ch, step] += loglik
                     new = _null_truth_nb(e0, prior, low, median)
                     steps[q] = step + 1
@@ -923,6 +934,7 @@ def aware_null_tasks(
     active: np.ndarray,
     low: float,
     median: bool,
+    use_map: bool,
     tol: float,
     max_iter: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -946,6 +958,7 @@ def aware_null_tasks(
         active,
         float(low),
         bool(median),
+        bool(use_map),
         float(tol),
         int(max_iter),
         16,

@@ -214,6 +214,12 @@ class AwareNull(Estimator):
     strength : float > 0 or None, default None
         Pseudo-answers in each level of the prior. None learns each level's strength from the
         data (method of moments, at least 1); a number fixes both.
+    estimate : {"variational", "map"}, default "variational"
+        How each task's distribution is fitted. "variational": variational Bayes, weights
+        ``exp(E[log p_q])``; under a weak prior a task can have several fixed points (see
+        ``start``). "map": the posterior mode under the prior with one more pseudo-answer per
+        symbol, by EM, whose weights are the posterior means ``(n_qz + prior_z) / (n_q + sum
+        prior)`` level by level: a concave objective, one fixed point, no digamma.
     start : {"pooled", "deconvolved"}, default "pooled"
         Where each task's iteration starts: the pooled distribution, or its own report counts
         pushed through the channel's inverse (clipped at 0). A task's variational fit can have
@@ -242,6 +248,7 @@ class AwareNull(Estimator):
         *,
         location: str = "median",
         strength: float | None = None,
+        estimate: str = "variational",
         start: str = "pooled",
         max_iter: int = 1000,
         tol: float = 1e-4,
@@ -249,6 +256,7 @@ class AwareNull(Estimator):
         self.mechanism = mechanism
         self.location = location
         self.strength = strength
+        self.estimate = estimate
         self.start = start
         self.max_iter = max_iter
         self.tol = tol
@@ -261,6 +269,7 @@ class AwareNull(Estimator):
             )
         if self.strength is not None:
             _check_float(type(self).__name__, "strength", self.strength, 0.0, low_open=True)
+        _check_choice(type(self).__name__, "estimate", self.estimate, ("variational", "map"))
         _check_choice(type(self).__name__, "start", self.start, ("pooled", "deconvolved"))
         null_channel(self.mechanism)
 
@@ -312,7 +321,7 @@ class AwareNull(Estimator):
         if _kernels.get_backend() == "numba":
             median = self.location == "median"
             steps, final, trace = _kernels.aware_null_tasks(
-                *problem, mech.low, median, self.tol, self.max_iter
+                *problem, mech.low, median, self.estimate == "map", self.tol, self.max_iter
             )
         else:
             steps, final, trace = self._solve_numpy(*problem, truths_of)
@@ -367,7 +376,7 @@ class AwareNull(Estimator):
             if rows.size == 0:
                 break
             expected[rows], loglik = self._accelerated_step(
-                counts[rows], channel, expected[rows], n_q[rows], rate, scores_prior
+                counts[rows], channel, expected[rows], n_q[rows], rate, scores_prior, self.estimate
             )
             trace[step] = loglik.sum()
             steps[rows] = step + 1
@@ -404,6 +413,7 @@ class AwareNull(Estimator):
         n_q: np.ndarray,
         rate: np.ndarray,
         scores_prior: np.ndarray,
+        estimate: str = "variational",
     ) -> tuple[np.ndarray, np.ndarray]:
         """One SQUAREM step (Varadhan and Roland 2008, scheme S3) per task, in log space: two E
         steps, an extrapolation along them with the task's own step length, and one E step from
@@ -413,10 +423,12 @@ class AwareNull(Estimator):
         score's expected count decaying geometrically under a weak prior, is a straight line,
         which the extrapolation follows in one step (in count space it left the positive orthant
         and fell back to plain steps: 3-30x more of them)."""
-        args = (counts, channel)
-        prior = (n_q, rate, scores_prior)
-        first, _ = cls.e_step(*args, expected, *prior)
-        second, _ = cls.e_step(*args, first, *prior)
+
+        def e_step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return cls.e_step(counts, channel, rows, n_q, rate, scores_prior, estimate)
+
+        first, _ = e_step(expected)
+        second, _ = e_step(first)
         log0, log1, log2 = (np.log(np.maximum(x, _FLOOR)) for x in (expected, first, second))
         r = log1 - log0
         v = log2 - log1 - r
@@ -427,7 +439,7 @@ class AwareNull(Estimator):
         with np.errstate(over="ignore", invalid="ignore"):
             jump = np.exp(log0 - 2.0 * alpha * r + alpha * alpha * v)
         jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
-        expected, predicted = cls.e_step(*args, jump, *prior)
+        expected, predicted = e_step(jump)
         return expected, (counts * np.log(predicted)).sum(axis=1)
 
     @classmethod
@@ -439,15 +451,35 @@ class AwareNull(Estimator):
         n_q: np.ndarray,
         rate: np.ndarray,
         scores_prior: np.ndarray,
+        estimate: str = "variational",
     ) -> tuple[np.ndarray, np.ndarray]:
         """Expected count of each true symbol per task, given the reported counts: a report
         ``x`` is from ``z`` with probability ``w_z C[x, z] / sum_z' w_z' C[x, z']``, where
-        ``w = exp(E[log p_q])`` comes from the current expected counts. Returns them and the
-        predicted report shares ``w C^T``: ``sum_x counts_x log (w C^T)_x`` is the task's
-        log-likelihood term, computed only where it is reported."""
-        weights = np.exp(cls._expected_log_p(expected, n_q, rate, scores_prior))
+        ``w = exp(E[log p_q])`` (``estimate="map"``: the posterior means) comes from the current
+        expected counts. Returns them and the predicted report shares ``w C^T``: ``sum_x
+        counts_x log (w C^T)_x`` is the task's log-likelihood term, computed only where it is
+        reported."""
+        if estimate == "map":
+            weights = cls._posterior_mean(expected, n_q, rate, scores_prior)
+        else:
+            weights = np.exp(cls._expected_log_p(expected, n_q, rate, scores_prior))
         predicted = weights @ channel.T
         return weights * ((counts / predicted) @ channel), predicted
+
+    @staticmethod
+    def _posterior_mean(
+        expected: np.ndarray, n_q: np.ndarray, rate: np.ndarray, scores_prior: np.ndarray
+    ) -> np.ndarray:
+        """``E[p_q(s)]`` under the nested Dirichlet posterior: EM's M step for the posterior
+        mode under the prior with one more pseudo-answer per symbol."""
+        g = scores_prior.size
+        answered = expected[:, :g].sum(axis=1)
+        total = n_q + rate.sum()
+        out = np.empty_like(expected)
+        share = (answered + rate[0]) / (total * (answered + scores_prior.sum()))
+        out[:, :g] = (expected[:, :g] + scores_prior) * share[:, None]
+        out[:, g] = (expected[:, g] + rate[1]) / total
+        return out
 
     @staticmethod
     def _expected_log_p(
