@@ -119,6 +119,22 @@ def _read_truth_csv(path: str) -> pd.Series:
 
 
 # ---------------------------------------------------------------------- commands
+def mechanism_params(example: str = "") -> Callable[[Any], Any]:
+    """The mechanism-parameter option, spelt as every command accepts it (``-p``/``--param``
+    outside infer, ``--mechanism-param`` everywhere)."""
+    example = f"; {example}" if example else ""
+    return click.option(
+        "--param",
+        "-p",
+        "--mechanism-param",
+        "param",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=f"Mechanism parameter, repeatable{example} (--mechanism-param is the same, as "
+        "infer spells it).",
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="privtd")
 def cli() -> None:
@@ -420,16 +436,7 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     type=float,
     help="Target per-answer epsilon; the mechanism is calibrated to it.",
 )
-@click.option(
-    "--param",
-    "-p",
-    "--mechanism-param",
-    "param",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Mechanism parameter, repeatable (e.g. -p a=0.1; or -p f=0.3 without --epsilon); "
-    "--mechanism-param is the same, as infer spells it.",
-)
+@mechanism_params("e.g. -p a=0.1; or -p f=0.3 without --epsilon")
 @click.option("--seed", type=int, help="Integer seed (simulation). Without it: fresh OS entropy.")
 @click.option(
     "--output",
@@ -519,15 +526,7 @@ def perturb(
     "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
 )
 @click.option("--epsilon", "-e", type=float, help="Calibrate the mechanism to this epsilon.")
-@click.option(
-    "--param",
-    "-p",
-    "--mechanism-param",
-    "param",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Mechanism parameter (--mechanism-param is the same, as infer spells it).",
-)
+@mechanism_params()
 @click.option(
     "--samples",
     "-n",
@@ -599,15 +598,7 @@ def audit_cmd(
     help="The mechanism that produced PERTURBED (reported beside the result).",
 )
 @click.option("--epsilon", "-e", type=float, help="Its per-answer epsilon.")
-@click.option(
-    "--param",
-    "-p",
-    "--mechanism-param",
-    "param",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Mechanism parameter (--mechanism-param is the same, as infer spells it).",
-)
+@mechanism_params()
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def attack_cmd(
     perturbed: str,
@@ -866,16 +857,7 @@ def reproduce(
 @click.option(
     "--epsilon", "-e", type=float, help="Print the parameters that achieve this per-answer epsilon."
 )
-@click.option(
-    "--param",
-    "-p",
-    "--mechanism-param",
-    "param",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Mechanism parameter, repeatable (e.g. -p f=0.3 -p n_labels=4; --mechanism-param is "
-    "the same, as infer spells it).",
-)
+@mechanism_params("e.g. -p f=0.3 -p n_labels=4")
 def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
     """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
     mech = make_mechanism(
