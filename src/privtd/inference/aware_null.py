@@ -26,7 +26,10 @@ tell the answered share apart; deconvolving the noise alone cost ~100 s per fit 
 200 design and moved the MAE change by less than 0.1 at sparsity 0.9 (``docs/reproduction.md``).
 
 Variational Bayes: responsibilities over each report's latent symbol use ``exp(E[log p_q])``,
-``q(p_q)`` is the nested Dirichlet updated with the expected counts. A task's truth summarises
+``q(p_q)`` is the nested Dirichlet updated with the expected counts. Under a weak prior a task
+can have several fixed points; ``estimate="map"`` is EM for the posterior mode under the prior
+with one more pseudo-answer per symbol (the posterior means as weights), a concave objective
+with one. A task's truth summarises
 its posterior predictive distribution of one answer, ``E[p_q(s | answered)]``, without the
 mechanism's made-up scores: by default its median (scores as unit-wide bins, interpolated within
 the bin), which P3's MAE rewards and which answers clipped to the domain's ends do not drag;
