@@ -333,8 +333,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--estimate",
-        choices=("variational", "map"),
-        default="variational",
+        choices=("map", "variational"),
+        default="map",
         help="sparse: AwareNull's estimate",
     )
     parser.add_argument(

@@ -149,13 +149,14 @@ def test_variational_bound_rises_to_below_the_evidence(keep):
 
 
 def test_two_starts_and_the_bound_between_them():
-    # A weak prior (one pseudo-answer for all ten scores) gives some tasks of P3's design two
-    # fixed points; each start ends at one of them, and the bound ranks them per task.
+    # Under a weak prior (one pseudo-answer for all ten scores) the variational fit has two
+    # fixed points for some tasks of P3's design; each start ends at one of them, and the bound
+    # ranks them per task.
     mech = TwoLayerNull.from_epsilon(5.0, 0, 9)
     answers, _ = bigdata18.synthetic(300, 200, 0.9, np.random.default_rng(5))
     released = mech.perturb(answers, rng=6)
     fits = [
-        AwareNull(mech, start=start, strength=1.0).fit(released)
+        AwareNull(mech, estimate="variational", start=start, strength=1.0).fit(released)
         for start in ("pooled", "deconvolved")
     ]
     assert all(f.converged_ for f in fits)

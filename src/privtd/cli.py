@@ -784,8 +784,8 @@ def secure_em_cmd(
 @click.option("--mf-dim", type=int, default=10, show_default=True, help="bigdata18: MF's d.")
 @click.option(
     "--aware-estimate",
-    type=click.Choice(["variational", "map"]),
-    default="variational",
+    type=click.Choice(["map", "variational"]),
+    default="map",
     show_default=True,
     help="bigdata18: how the NULL-aware columns fit each task (AwareNull's estimate).",
 )

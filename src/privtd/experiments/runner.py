@@ -61,7 +61,7 @@ def run(
     jobs: int | None = None,
     large: bool = False,
     mf_dim: int = 10,
-    aware_estimate: str = "variational",
+    aware_estimate: str = "map",
     progress: Callable[[int], None] | None = None,
 ) -> Outcome:
     """Run ``experiment`` and write ``table.csv``, ``table.md``, ``run.json``, its other tables
