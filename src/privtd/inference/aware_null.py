@@ -134,7 +134,10 @@ def variational_bound(
     apart. It compares fixed points of the same task: the higher one explains its reports
     better for the prior's cost."""
     g = scores_prior.size
-    _, predicted = AwareNull.e_step(counts, channel, expected, n_q, rate, scores_prior)
+    # The variational weights whatever the fit's estimate: the bound is variational Bayes's.
+    _, predicted = AwareNull.e_step(
+        counts, channel, expected, n_q, rate, scores_prior, "variational"
+    )
     fit = (counts * np.log(predicted)).sum(axis=1)
     answered = expected[:, :g].sum(axis=1)
     levels = (
