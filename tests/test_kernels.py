@@ -86,6 +86,27 @@ def test_backends_agree_on_the_aware_models(backend):
         np.testing.assert_allclose(a.truths_.to_numpy(float), b.truths_.to_numpy(float))
 
 
+@pytest.mark.parametrize("told", [True, False])
+def test_backends_agree_on_aware_gaussian(told, backend):
+    # The compiled iterations against the numpy ones, with gold, with and without the law.
+    answers, truth, _ = datasets.make_numeric(60, 80, error_rate=1.0, rng=15)
+    mech = ExpGaussian(0.5, float(answers.value.min()), float(answers.value.max()))
+    noisy = mech.perturb(answers, rng=16)
+    gold = truth.iloc[:4]
+    fitted = {}
+    for name in ("numpy", "numba"):
+        backend(name)
+        fitted[name] = AwareGaussian(mech if told else None).fit(noisy, gold=gold)
+    a, b = fitted["numpy"], fitted["numba"]
+    assert a.n_iter_ == b.n_iter_ > 3 and a.converged_ and b.converged_
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
+    np.testing.assert_allclose(a.truths_.to_numpy(), b.truths_.to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(a.truth_sd_, b.truth_sd_, rtol=1e-9)
+    np.testing.assert_allclose(a.variance_prior_, b.variance_prior_, atol=1e-12)
+    np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
+    assert (b.truths_.loc[gold.index] == gold).all()
+
+
 @pytest.mark.parametrize(
     ("k", "mech"), [(3, OneLayerRR.from_epsilon(1.0, 3)), (2, TwoLayerRR.from_epsilon(0.5))]
 )

@@ -224,36 +224,137 @@ if numba is not None:
         return out
 
     @_jit
+    def _grid_row_nb(a0, a1, basis, log_prior, targets, row, expect, mean_post):
+        # One worker's posterior over the cells, log p[c] = log_prior[c] + a0 basis[c, 0] +
+        # a1 basis[c, 1] normalised: writes E[targets] to expect, adds the posterior to
+        # mean_post, returns the log of the normaliser.
+        n_c, n_m = basis.shape[0], targets.shape[1]
+        top = -np.inf
+        for c in range(n_c):
+            v = log_prior[c] + a0 * basis[c, 0] + a1 * basis[c, 1]
+            row[c] = v
+            top = max(top, v)
+        # A cell 50 below the top weighs under 2e-22 of it: counting it as 0 changes nothing at
+        # double precision and saves its exp, the kernel's cost. Only the span between the
+        # first and the last cell above that is summed (a worker's posterior is narrow).
+        first, last = n_c, -1
+        for c in range(n_c):
+            row[c] -= top
+            if row[c] > -50.0:
+                first = min(first, c)
+                last = c
+        total = 0.0
+        for c in range(first, last + 1):
+            row[c] = np.exp(row[c]) if row[c] > -50.0 else 0.0
+            total += row[c]
+        inv = 1.0 / total
+        for m in range(n_m):
+            acc = 0.0
+            for c in range(first, last + 1):
+                acc += row[c] * targets[c, m]
+            expect[m] = acc * inv
+        for c in range(first, last + 1):
+            mean_post[c] += row[c] * inv
+        return top + np.log(total)
+
+    @_jit
     def _grid_posterior_nb(coef, basis, log_prior, targets):
-        n_w, n_c, n_m = coef.shape[0], basis.shape[0], targets.shape[1]
-        expect = np.zeros((n_w, n_m))
-        mean_post = np.zeros(n_c)
+        n_w = coef.shape[0]
+        expect = np.zeros((n_w, targets.shape[1]))
+        mean_post = np.zeros(basis.shape[0])
         log_norm = np.empty(n_w)
-        row = np.empty(n_c)
+        row = np.empty(basis.shape[0])
         for u in range(n_w):
-            top = -np.inf
-            for c in range(n_c):
-                v = log_prior[c]
-                for j in range(coef.shape[1]):
-                    v += coef[u, j] * basis[c, j]
-                row[c] = v
-                if v > top:
-                    top = v
-            total = 0.0
-            for c in range(n_c):
-                # exp underflows to exactly 0 below -745.2: skipping those cells changes no
-                # bit, and a worker's posterior is that narrow over most of a wide grid.
-                row[c] = np.exp(row[c] - top) if row[c] - top > -746.0 else 0.0
-                total += row[c]
-            for c in range(n_c):
-                if row[c] == 0.0:
-                    continue
-                p = row[c] / total
-                mean_post[c] += p
-                for m in range(n_m):
-                    expect[u, m] += p * targets[c, m]
-            log_norm[u] = top + np.log(total)
+            log_norm[u] = _grid_row_nb(
+                coef[u, 0], coef[u, 1], basis, log_prior, targets, row, expect[u], mean_post
+            )
         return expect, mean_post / max(n_w, 1), log_norm
+
+    @_jit
+    def _aware_gaussian_nb(
+        t,
+        w,
+        x,
+        counts,
+        m,
+        fallback,
+        gold_index,
+        gold_value,
+        conv,
+        g,
+        tau,
+        share,
+        max_iter,
+        tol,
+        scale,
+    ):
+        n_t, n_w, n_c, n_k = m.shape[0], counts.shape[0], tau.shape[0], g.shape[0]
+        basis = np.empty((n_c, 2))
+        targets = np.empty((n_c, 1))
+        for c in range(n_c):
+            basis[c, 0] = -0.5 * np.log(tau[c])
+            basis[c, 1] = -0.5 / tau[c]
+            targets[c, 0] = 1.0 / tau[c]
+        sq = np.empty(n_w)
+        weight = np.empty((n_w, 1))
+        row, pi, log_prior = np.empty(n_c), np.empty(n_c), np.empty(n_c)
+        mean_post, ratio = np.empty(n_c), np.empty(n_c)
+        post_var = np.zeros(n_t)
+        num, den = np.empty(n_t), np.empty(n_t)
+        objective = np.zeros(max_iter)
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, max_iter + 1):
+            # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
+            sq[:] = 0.0
+            for i in range(t.shape[0]):
+                r = x[i] - m[t[i]]
+                sq[w[i]] += r * r + post_var[t[i]]
+            pi[:] = 0.0
+            for k in range(n_k):
+                for c in range(n_c):
+                    pi[c] += g[k] * conv[k, c]
+            for c in range(n_c):
+                log_prior[c] = np.log(max(pi[c], 1e-300))
+            mean_post[:] = 0.0
+            total = 0.0
+            for u in range(n_w):
+                total += _grid_row_nb(
+                    counts[u], sq[u], basis, log_prior, targets, row, weight[u], mean_post
+                )
+            objective[n_iter - 1] = total / t.shape[0]
+            # G's update: each point's share of the workers' mean posterior, mixed with the
+            # uniform start.
+            for c in range(n_c):
+                ratio[c] = mean_post[c] / n_w / max(pi[c], 1e-300)
+            g_sum = 0.0
+            for k in range(n_k):
+                back = 0.0
+                for c in range(n_c):
+                    back += conv[k, c] * ratio[c]
+                g[k] = (1.0 - share) * g[k] * back + share / n_k
+                g_sum += g[k]
+            g /= g_sum
+            num[:] = 0.0
+            den[:] = 0.0
+            for i in range(t.shape[0]):
+                v = weight[w[i], 0]
+                num[t[i]] += v * x[i]
+                den[t[i]] += v
+            for q in range(n_t):
+                post_var[q] = 1.0 / den[q] if den[q] > 0.0 else np.inf
+                num[q] = num[q] / den[q] if den[q] > 0.0 else fallback[q]
+            for j in range(gold_index.shape[0]):
+                num[gold_index[j]] = gold_value[j]
+            change = 0.0
+            for q in range(n_t):
+                if num[q] == num[q]:  # NaN: a task with no answers
+                    change = max(change, abs(num[q] - m[q]))
+                m[q] = num[q]
+            if change / scale < tol:
+                converged = True
+                break
+        return post_var, objective[:n_iter], n_iter, converged
 
     @_jit
     def _softmax_loglik_nb(log_rho):
@@ -687,6 +788,7 @@ if numba is not None:
         "grid_posterior": _grid_posterior_nb,
         "aware_null_tasks": _aware_null_tasks_nb,
         "aware_ds_workers": _aware_ds_workers_nb,
+        "aware_gaussian": _aware_gaussian_nb,
     }
 
 _NUMPY: dict[str, Callable[..., Any]] = {
@@ -895,10 +997,11 @@ def weighted_task_sums(
 def grid_posterior(
     coef: np.ndarray, basis: np.ndarray, log_prior: np.ndarray, targets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each worker's posterior over a grid of cells, ``log p[u, c] = log_prior[c] + sum_j
-    coef[u, j] basis[c, j]`` normalised, reduced without materialising it: per worker the
-    expectations of ``targets`` (cells x m), the posterior averaged over workers, and the log of
-    each worker's normaliser."""
+    """Each worker's posterior over a grid of cells, ``log p[u, c] = log_prior[c] + coef[u, 0]
+    basis[c, 0] + coef[u, 1] basis[c, 1]`` normalised, reduced without materialising it: per
+    worker the expectations of ``targets`` (cells x m, m >= 1), the posterior averaged over
+    workers, and the log of each worker's normaliser. Cells below ``exp(-50)`` of a worker's
+    top cell count as 0 (under 2e-22 of it)."""
     return _kernel("grid_posterior")(*_contiguous_floats(coef, basis, log_prior, targets))
 
 
@@ -921,6 +1024,47 @@ def aware_ds_workers(
         raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
     scale, spread = channel
     return _kernel("aware_ds_workers")(*_contiguous_floats(counts, pi, scale, spread, log_h, alpha))
+
+
+def aware_gaussian(
+    t: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    counts: np.ndarray,
+    truth: np.ndarray,
+    fallback: np.ndarray,
+    gold: tuple[np.ndarray, np.ndarray],
+    conv: np.ndarray,
+    prior: np.ndarray,
+    tau: np.ndarray,
+    share: float,
+    max_iter: int,
+    tol: float,
+    scale: float,
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """AwareGaussian's iterations, compiled (numba only; the numpy path is
+    ``AwareGaussian._iterate_numpy``). Updates ``truth`` and ``prior`` (G) in place; returns
+    each truth's posterior variance, the objective per iteration, the iterations and whether
+    they converged."""
+    if _backend != "numba":
+        raise ValidationError("aware_gaussian is compiled only; use AwareGaussian._iterate_numpy.")
+    gold_index, gold_value = gold
+    post_var, objective, n_iter, converged = _kernel("aware_gaussian")(
+        t,
+        w,
+        *_contiguous_floats(x, counts),
+        truth,
+        *_contiguous_floats(fallback),
+        np.ascontiguousarray(gold_index, dtype=np.int64),
+        *_contiguous_floats(gold_value, conv),
+        prior,
+        *_contiguous_floats(tau),
+        float(share),
+        int(max_iter),
+        float(tol),
+        float(scale),
+    )
+    return post_var, objective, int(n_iter), bool(converged)
 
 
 def aware_null_tasks(

@@ -31,7 +31,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
-from ._ops import SortedByTask, largest_change, weighted_mean_from_sums
+from ._ops import SortedByTask, largest_change, task_mean
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
@@ -150,43 +150,25 @@ class AwareGaussian(Estimator):
         conv = convolution_matrix(sigma2, tau, law)
         g0 = np.full(sigma2.size, 1.0 / sigma2.size)
         g = g0.copy() if self._warm is None else self._resume_prior(sigma2, g0)
-        inv_tau = 1.0 / tau
         scale = float(np.sqrt(spread))
-
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        post_var: np.ndarray = np.ones(n_t)  # of each truth; infinite for an unanswered task
-        ones = np.ones(n_t)
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
-            if n_iter > 1:  # the truths' own uncertainty, E[(x - t)^2] = (x - m)^2 + 1 / P
-                sq += _kernels.worker_sum(w, t, post_var, n_w)
-            pi = g @ conv
-            expect, mean_post, log_norm = variance_posterior(counts, sq, pi, tau, inv_tau[:, None])
-            objective.append(float(log_norm.sum()) / answers.n_answers)
-            ratio = mean_post / np.maximum(pi, 1e-300)
-            g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
-            g /= g.sum()
-
-            weight = expect[:, 0]
-            total, precision = _kernels.weighted_task_sums(t, w, x, weight, n_t)
-            new = weighted_mean_from_sums(total, precision, t, x, n_t)
-            post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
-            if gold is not None:
-                new[gold.index] = gold.value
-            change = largest_change(new, m) / scale
-            m = new
-            if change < self.tol:
-                converged = True
-                break
+        # Tasks whose weights sum to 0 fall back to their plain mean (NaN: no answers).
+        fallback = task_mean(t, x, n_t)
+        fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
+        problem = (t, w, x, counts, m, fallback, fixed, conv, g, tau)
+        if _kernels.get_backend() == "numba":
+            post_var, objective, n_iter, converged = _kernels.aware_gaussian(
+                *problem, self.prior_weight, self.max_iter, self.tol, scale
+            )
+        else:
+            post_var, objective, n_iter, converged = self._iterate_numpy(*problem, scale)
+        self._tick(n_iter)
 
         # The workers' posteriors from the last truths (the loop updated G since), and the
         # posterior over sigma^2 given tau: p(k | m) = G_k C[k, m] / pi_m.
-        sq = _kernels.worker_loss(t, w, x, m, ones, True, n_w)
+        sq = _kernels.worker_loss(t, w, x, m, np.ones(n_t), True, n_w)
         sq += _kernels.worker_sum(w, t, post_var, n_w)
         pi = g @ conv
+        inv_tau = 1.0 / tau
         own_cell = (sigma2 * g) @ conv / np.maximum(pi, 1e-300)
         targets = np.column_stack([inv_tau, tau, own_cell])
         expect, _, _ = variance_posterior(counts, sq, pi, tau, targets)
@@ -198,10 +180,57 @@ class AwareGaussian(Estimator):
             weight=expect[:, 0],
             n_iter=n_iter,
             converged=converged,
-            objective=objective,
+            objective=list(objective),
             worker_columns={"variance": expect[:, 1], "own_variance": expect[:, 2]},
             model_state={"variance_grid": sigma2, "variance_prior": g},
         )
+
+    def _iterate_numpy(
+        self,
+        t: np.ndarray,
+        w: np.ndarray,
+        x: np.ndarray,
+        counts: np.ndarray,
+        m: np.ndarray,
+        fallback: np.ndarray,
+        gold: tuple[np.ndarray, np.ndarray],
+        conv: np.ndarray,
+        g: np.ndarray,
+        tau: np.ndarray,
+        scale: float,
+    ) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """The iterations, vectorised (the compiled twin is ``_kernels.aware_gaussian``).
+        Updates ``m`` (the truths) and ``g`` (G) in place; returns each truth's posterior
+        variance, the objective per iteration, the iterations and whether they converged."""
+        n_t, n_w = m.size, counts.size
+        gold_index, gold_value = gold
+        g0 = np.full(g.size, 1.0 / g.size)
+        inv_tau = 1.0 / tau
+        objective: list[float] = []
+        converged = False
+        n_iter = 0
+        post_var = np.zeros(n_t)  # of each truth; infinite for a task without answers
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
+            sq = _kernels.worker_loss(t, w, x, m, np.ones(n_t), True, n_w)
+            sq += _kernels.worker_sum(w, t, post_var, n_w)
+            pi = g @ conv
+            expect, mean_post, log_norm = variance_posterior(counts, sq, pi, tau, inv_tau[:, None])
+            objective.append(float(log_norm.sum()) / t.size)
+            ratio = mean_post / np.maximum(pi, 1e-300)
+            g[:] = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
+            g /= g.sum()
+
+            total, precision = _kernels.weighted_task_sums(t, w, x, expect[:, 0], n_t)
+            new = np.divide(total, precision, out=fallback.copy(), where=precision > 0)
+            post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
+            new[gold_index] = gold_value
+            change = largest_change(new, m) / scale
+            m[:] = new
+            if change < self.tol:
+                converged = True
+                break
+        return post_var, np.array(objective), n_iter, converged
 
     def _resume_prior(self, sigma2: np.ndarray, g0: np.ndarray) -> np.ndarray:
         """A previous fit's G moved onto this fit's grid (the grid follows the answers' scale,
