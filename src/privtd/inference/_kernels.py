@@ -287,7 +287,6 @@ if numba is not None:
         share,
         max_iter,
         tol,
-        scale,
     ):
         n_t, n_w, n_c, n_k = m.shape[0], counts.shape[0], tau.shape[0], g.shape[0]
         basis = np.empty((n_c, 2))
@@ -347,12 +346,12 @@ if numba is not None:
                 num[q] = num[q] / den[q] if den[q] > 0.0 else fallback[q]
             for j in range(gold_index.shape[0]):
                 num[gold_index[j]] = gold_value[j]
-            change = 0.0
+            change = 0.0  # in units of each truth's posterior standard deviation, 1 / sqrt(P)
             for q in range(n_t):
-                if num[q] == num[q]:  # NaN: a task with no answers
-                    change = max(change, abs(num[q] - m[q]))
+                if den[q] > 0.0:
+                    change = max(change, abs(num[q] - m[q]) * np.sqrt(den[q]))
                 m[q] = num[q]
-            if change / scale < tol:
+            if change < tol:
                 converged = True
                 break
         return post_var, objective[:n_iter], n_iter, converged
@@ -1041,7 +1040,6 @@ def aware_gaussian(
     share: float,
     max_iter: int,
     tol: float,
-    scale: float,
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """AwareGaussian's iterations, compiled (numba only; the numpy path is
     ``AwareGaussian._iterate_numpy``). Updates ``truth`` and ``prior`` (G) in place; returns
@@ -1063,7 +1061,6 @@ def aware_gaussian(
         float(share),
         int(max_iter),
         float(tol),
-        float(scale),
     )
     return post_var, objective, int(n_iter), bool(converged)
 

@@ -31,7 +31,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
-from ._ops import SortedByTask, largest_change, task_mean
+from ._ops import SortedByTask, task_mean
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
@@ -88,10 +88,13 @@ class AwareGaussian(Estimator):
     prior_weight : float in (0, 1], default 0.05
         Share of the log-uniform start kept in ``G`` at each update.
     max_iter : int, default 200
-    tol : float, default 1e-4
-        On the largest change of a truth, in units of the median worker's residual standard
-        deviation. The population law keeps creeping long after the truths settle; a tighter
-        tol buys nothing measurable (1e-6: 200 iterations, the same truths to 1e-3).
+    tol : float, default 0.01
+        Stop when no truth moves by more than ``tol`` of its own posterior standard deviation
+        in an iteration. The population law keeps creeping long after the truths settle:
+        against the former rule (1e-4 of the median worker's residual standard deviation;
+        15-16 iterations on P1's 4,500-answer instances, 4-8 now), no MAE of P1's 42 synthetic
+        settings moved by more than 0.00014 (0.05 of its standard error), nor of the emotion
+        scores by more than 0.033 score points.
 
     Fitted: ``truths_``, ``weights_`` (``weight`` = ``E[1 / tau_u]``, ``variance`` = ``E[tau_u]``,
     ``own_variance`` = ``E[sigma_u^2]``, the part not explained by the mechanism),
@@ -109,7 +112,7 @@ class AwareGaussian(Estimator):
         grid: int = 120,
         prior_weight: float = 0.05,
         max_iter: int = 200,
-        tol: float = 1e-4,
+        tol: float = 1e-2,
     ) -> None:
         self.mechanism = mechanism
         self.grid = grid
@@ -150,17 +153,16 @@ class AwareGaussian(Estimator):
         conv = convolution_matrix(sigma2, tau, law)
         g0 = np.full(sigma2.size, 1.0 / sigma2.size)
         g = g0.copy() if self._warm is None else self._resume_prior(sigma2, g0)
-        scale = float(np.sqrt(spread))
         # Tasks whose weights sum to 0 fall back to their plain mean (NaN: no answers).
         fallback = task_mean(t, x, n_t)
         fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
         problem = (t, w, x, counts, m, fallback, fixed, conv, g, tau)
         if _kernels.get_backend() == "numba":
             post_var, objective, n_iter, converged = _kernels.aware_gaussian(
-                *problem, self.prior_weight, self.max_iter, self.tol, scale
+                *problem, self.prior_weight, self.max_iter, self.tol
             )
         else:
-            post_var, objective, n_iter, converged = self._iterate_numpy(*problem, scale)
+            post_var, objective, n_iter, converged = self._iterate_numpy(*problem)
         self._tick(n_iter)
 
         # The workers' posteriors from the last truths (the loop updated G since), and the
@@ -197,7 +199,6 @@ class AwareGaussian(Estimator):
         conv: np.ndarray,
         g: np.ndarray,
         tau: np.ndarray,
-        scale: float,
     ) -> tuple[np.ndarray, np.ndarray, int, bool]:
         """The iterations, vectorised (the compiled twin is ``_kernels.aware_gaussian``).
         Updates ``m`` (the truths) and ``g`` (G) in place; returns each truth's posterior
@@ -225,7 +226,9 @@ class AwareGaussian(Estimator):
             new = np.divide(total, precision, out=fallback.copy(), where=precision > 0)
             post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
             new[gold_index] = gold_value
-            change = largest_change(new, m) / scale
+            # In units of each truth's posterior standard deviation, 1 / sqrt(P).
+            # (NaN, a task without answers, counts as no change.)
+            change = float(np.fmax.reduce(np.abs(new - m) * np.sqrt(precision), initial=0.0))
             m[:] = new
             if change < self.tol:
                 converged = True
