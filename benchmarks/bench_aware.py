@@ -7,6 +7,7 @@
     python benchmarks/bench_aware.py sparse --estimate map
     python benchmarks/bench_aware.py null-starts  # AwareNull's two starts, picked by the bound
     python benchmarks/bench_aware.py p0-oracle  # P0's Duchenne: what one-layer RR leaves an oracle
+    python benchmarks/bench_aware.py duchenne   # P0's Duchenne: aware-ds against Dawid-Skene, time
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -31,6 +32,10 @@ confusion and the class prior taken from the gold itself (in-sample, add-one smo
 optimistic bound for any Dawid-Skene-type fit), as error-rate change against TD's clean error
 (0.2830, the footing of ``aware_ds_vs_td`` in ``privtd reproduce kdd18``), beside P0's two-layer
 TD column. It shows whether the one-layer reports carry enough to reach that column.
+
+duchenne: Duchenne's 17,729 answers released by P0's one-layer and two-layer randomized response,
+AwareDawidSkene (the default aware estimator over two labels) against Dawid-Skene on the same
+release: time (fits in turn, best of ten) and iterations, one release per setting.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from privtd.inference import (
     OneCoinDawidSkene,
     WeightedAverage,
 )
-from privtd.mechanisms import ExpGaussian, KRRNull, OneLayerRR, TwoLayerNull
+from privtd.mechanisms import ExpGaussian, KRRNull, OneLayerRR, TwoLayerNull, TwoLayerRR
 
 
 def oracle(perturbed: privtd.Answers, accuracy: np.ndarray, mech: OneLayerRR) -> np.ndarray:
@@ -335,6 +340,26 @@ def p0_oracle(args: argparse.Namespace) -> None:
         )
 
 
+def duchenne(args: argparse.Namespace) -> None:
+    answers = privtd.datasets.load("duchenne").answers
+    rng = np.random.default_rng(args.seed)
+    print("mechanism  epsilon | seconds ds  aware | iterations ds  aware | aware / ds")
+    for name, make in (
+        ("one-layer", OneLayerRR.from_epsilon),
+        ("two-layer", TwoLayerRR.from_epsilon),
+    ):
+        for eps in (1.0, 0.5, 0.1):
+            mech = make(eps)
+            released = mech.perturb(answers, rng=rng)
+            fits = (DawidSkene(), AwareDawidSkene(mech))
+            seconds = best_interleaved(fits, released, 10)
+            print(
+                f"{name:9s}  {eps:7g} | {seconds[0] * 1e3:7.1f} ms  {seconds[1] * 1e3:5.1f} ms | "
+                f"{fits[0].n_iter_:13d}  {fits[1].n_iter_:5d} | {seconds[1] / seconds[0]:9.1f}x",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     modes = {
@@ -344,6 +369,7 @@ def main() -> None:
         "sparse": sparse,
         "null-starts": null_starts,
         "p0-oracle": p0_oracle,
+        "duchenne": duchenne,
     }
     parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
