@@ -17,9 +17,11 @@ from privtd.inference import (
     DawidSkene,
     MajorityVote,
     WeightedVote,
+    aware_dawid_skene,
     aware_method,
 )
 from privtd.inference.aware_dawid_skene import (
+    _squarem_jump,
     compose,
     flip_posterior,
     own_answer_counts,
@@ -190,6 +192,42 @@ def test_beats_the_signed_vote_on_duchenne_under_two_layer() -> None:
         for name, est in (("td", WeightedVote()), ("aware", AwareDawidSkene(mech))):
             errors[name].append(float((est.fit(perturbed)._truth_codes[gold] != codes).mean()))
     assert np.mean(errors["aware"]) < np.mean(errors["td"]), errors
+
+
+def test_squarem_jump_is_the_second_state_where_the_path_speeds_up() -> None:
+    """Where the second step is longer than the first, |r| / |v| < 1, the step length is held at
+    alpha = -1, and x0 - 2 alpha r + alpha^2 v = x2: the jump is the second state itself."""
+    rng = np.random.default_rng(0)
+
+    base = (random_confusions(rng, 4, 3), rng.dirichlet(np.ones(5), 4), np.array([0.5, 0.3, 0.2]))
+    step = [rng.normal(size=a.shape) * 0.01 for a in base]
+    # log x_n = log x_0 + m_n step with m = 0, 1, 4: the second move is three times the first.
+    states = [
+        tuple(np.exp(np.log(a) + m * d) for a, d in zip(base, step, strict=True))
+        for m in (0.0, 1.0, 4.0)
+    ]
+    jump = _squarem_jump(states[0], states[1], states[2], learned_prior=True)
+    for got, want, axis in zip(jump, states[2], (1, 1, 0), strict=True):
+        np.testing.assert_allclose(got, want / want.sum(axis=axis, keepdims=True), rtol=1e-12)
+
+
+def test_squarem_reaches_the_plain_em_fixed_point_in_fewer_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a flip law the EM extrapolates every two passes; run to a tight tolerance it must
+    stop at the plain EM's fixed point (the same posteriors and objective) with fewer passes.
+    Measured: 107 passes against 500, posteriors 7e-8 apart."""
+    answers, _, _ = privtd.datasets.make_categorical(400, 20, 2, rng=3)
+    mech = TwoLayerRR.from_epsilon(1.0)
+    perturbed = mech.perturb(answers, rng=1)
+    fast = AwareDawidSkene(mech, tol=1e-12, max_iter=5000).fit(perturbed)
+    # A jump of alpha = -1 is the second plain state: the loop is then plain EM.
+    monkeypatch.setattr(aware_dawid_skene, "_squarem_jump", lambda s0, s1, s2, prior: s2[:3])
+    plain = AwareDawidSkene(mech, tol=1e-12, max_iter=5000).fit(perturbed)
+    assert fast.converged_ and plain.converged_
+    np.testing.assert_allclose(fast.probas_.to_numpy(), plain.probas_.to_numpy(), atol=1e-6)
+    assert abs(fast.objective_[-1] - plain.objective_[-1]) < 1e-9
+    assert fast.n_iter_ < plain.n_iter_ / 2, (fast.n_iter_, plain.n_iter_)
 
 
 def test_the_default_for_randomized_response_depends_on_the_label_count() -> None:
