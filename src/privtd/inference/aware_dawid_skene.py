@@ -155,6 +155,8 @@ class AwareDawidSkene(Estimator):
     class_prior : {"learned", "uniform"}, default "learned"
         As Dawid-Skene, the class prior is re-estimated each iteration; "uniform" keeps it fixed.
     max_iter : int, default 100
+        Passes over the answers, counting the extrapolation's (under a flip law, see
+        ``docs/inference.md``).
     tol : float, default 1e-5
         On the change of the truth step's log-likelihood per answer (with the expected log
         confusions), as :class:`DawidSkene`.
