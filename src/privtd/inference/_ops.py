@@ -45,6 +45,25 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
+def squarem_extrapolate(
+    x0: np.ndarray, x1: np.ndarray, x2: np.ndarray, axis: int | None = None
+) -> np.ndarray:
+    """SQUAREM's jump (Varadhan and Roland 2008, scheme S3) from three successive EM states:
+    with ``r = x1 - x0``, ``v = x2 - 2 x1 + x0`` and ``alpha = min(-|r| / |v|, -1)``, the state
+    ``x0 - 2 alpha r + alpha^2 v``. At ``alpha = -1`` that is ``x2``, so the step is held there
+    where the path speeds up. Norms over ``axis`` (None: the whole state) give one step length
+    per slice, so independent problems (rows) each get their own."""
+    r = x1 - x0
+    v = x2 - x1 - r
+    r_norm = np.sqrt((r * r).sum(axis=axis, keepdims=axis is not None))
+    v_norm = np.sqrt((v * v).sum(axis=axis, keepdims=axis is not None))
+    # v = 0 (a path of equal steps, in practice only a settled one, r = 0) gives no length.
+    alpha = np.where(v_norm > 0, -r_norm / np.where(v_norm > 0, v_norm, 1.0), -1.0)
+    alpha = np.minimum(alpha, -1.0)
+    jump: np.ndarray = x0 - 2.0 * alpha * r + alpha * alpha * v
+    return jump
+
+
 def task_mean(task: np.ndarray, value: np.ndarray, n_tasks: int) -> np.ndarray:
     """The plain mean of each task's answers; NaN for a task nobody answered."""
     total = np.bincount(task, weights=value, minlength=n_tasks)

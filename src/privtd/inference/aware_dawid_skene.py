@@ -35,6 +35,7 @@ import pandas as pd
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
+from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
 from .perturbation_aware import flip_law, majority_orientation
 
@@ -109,8 +110,8 @@ def _squarem_jump(
     second: tuple[np.ndarray, ...],
     learned_prior: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SQUAREM's extrapolation (scheme S3) from three successive ``(pi, q, prior)`` states, in
-    log space so that every probability stays positive; each distribution is renormalised."""
+    """SQUAREM's extrapolation from three successive ``(pi, q, prior)`` states, in log space so
+    that every probability stays positive; each distribution is renormalised."""
     parts = 3 if learned_prior else 2
 
     # The floor: flip grid points a worker's answers rule out have log posteriors in the
@@ -119,13 +120,7 @@ def _squarem_jump(
     def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
         return np.concatenate([np.log(np.maximum(a, 1e-12)).ravel() for a in state[:parts]])
 
-    x0, x1, x2 = flat(start), flat(first), flat(second)
-    r = x1 - x0
-    v = x2 - 2.0 * x1 + x0
-    v_norm = np.linalg.norm(v)
-    # alpha = -1 lands on the second state; a longer step only where the path curves little.
-    alpha = min(-float(np.linalg.norm(r) / v_norm), -1.0) if v_norm > 0 else -1.0
-    x = x0 - 2.0 * alpha * r + alpha**2 * v
+    x = squarem_extrapolate(flat(start), flat(first), flat(second))
     pi, q, prior = second
     out = []
     for a, axis in ((pi, 1), (q, 1), (prior, 0))[:parts]:

@@ -51,6 +51,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
+from ._ops import squarem_extrapolate
 
 
 def null_channel(mechanism: Any) -> np.ndarray:
@@ -439,14 +440,9 @@ class AwareNull(Estimator):
         first, _ = e_step(expected)
         second, _ = e_step(first)
         log0, log1, log2 = (np.log(np.maximum(x, _FLOOR)) for x in (expected, first, second))
-        r = log1 - log0
-        v = log2 - log1 - r
-        r_norm = np.sqrt((r * r).sum(axis=1))
-        v_norm = np.sqrt((v * v).sum(axis=1))
-        alpha = np.minimum(-r_norm / np.where(v_norm > 0, v_norm, 1.0), -1.0)[:, None]
         # A huge step length overflows; those rows keep the second E step.
         with np.errstate(over="ignore", invalid="ignore"):
-            jump = np.exp(log0 - 2.0 * alpha * r + alpha * alpha * v)
+            jump = np.exp(squarem_extrapolate(log0, log1, log2, axis=1))
         jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
         expected, predicted = e_step(jump)
         return expected, (counts * np.log(predicted)).sum(axis=1)

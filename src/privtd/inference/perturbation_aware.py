@@ -41,6 +41,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
+from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
 
 _FLOOR = 1e-12
@@ -257,11 +258,17 @@ class AwareOneCoin(Estimator):
         if prior_start is not None and self.class_prior == "learned":
             prior = prior_start.copy()
         matches = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w)
+        learned = self.class_prior == "learned"
         objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
+        passes = 0
+
+        def step(
+            g: np.ndarray, matches: np.ndarray, prior: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            """The worker and population steps, then one pass over the answers."""
+            nonlocal passes
+            passes += 1
+            self._tick(passes)
             pi = g @ conv
             expect, mean_post = self._worker_step(matches, counts, pi, basis, basis)
             log_right, log_wrong = expect[:, 0], expect[:, 1]
@@ -273,12 +280,58 @@ class AwareOneCoin(Estimator):
                 layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
             )
             objective.append(loglik / answers.n_answers)
-            if self.class_prior == "learned":
+            if learned:
                 prior = prior_sum / n_t
-            if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
-                converged = True
+            return mu, matches, g, prior
+
+        def settled() -> bool:
+            """The stopping rule: the objective moved less than tol over one plain pass."""
+            return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol
+
+        # As AwareDawidSkene's EM under a flip law, the fit can creep for tens of passes;
+        # SQUAREM extrapolates every two passes (docs/inference.md), over log G, the logit of
+        # each worker's expected share of matches, and the log class prior where it is learned.
+        def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
+            g, matches, prior = state
+            share = np.clip(matches / counts, 1e-12, 1.0 - 1e-12)
+            parts = [np.log(np.maximum(g, 1e-300)), np.log(share) - np.log1p(-share)]
+            return np.concatenate(parts + ([np.log(np.maximum(prior, 1e-300))] if learned else []))
+
+        def unflat(x: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, ...]:
+            log_g, logit, log_prior = np.split(x, [g0.size, g0.size + n_w])
+            g = np.exp(log_g - log_g.max())
+            if learned:
+                prior = np.exp(log_prior - log_prior.max())
+                prior /= prior.sum()
+            return g / g.sum(), counts / (1.0 + np.exp(-logit)), prior
+
+        converged = False
+        while passes < self.max_iter:
+            start = (g, matches, prior)
+            mu, matches, g, prior = step(g, matches, prior)
+            if converged := settled():
                 break
-        return mu, matches, g, prior, n_iter, converged, objective
+            if passes + 2 > self.max_iter:
+                continue
+            first = (g, matches, prior)
+            mu, matches, g, prior = step(g, matches, prior)
+            if converged := settled():
+                break
+            plain = (mu, matches, g, prior)
+            x1, x2 = flat(first), flat((g, matches, prior))
+            jump = unflat(squarem_extrapolate(flat(start), x1, x2), prior)
+            jumped = step(*jump)
+            # Kept where the objective at the jump is no lower than at the middle state, as in
+            # AwareDawidSkene, or where the pass from the jump moves the state no more than the
+            # last plain pass did: mixing G_0 into each population step makes late plain passes
+            # lower the objective, so there it cannot judge a jump.
+            moved = np.linalg.norm(flat((jumped[2], jumped[1], jumped[3])) - flat(jump))
+            if objective[-1] >= objective[-2] or moved <= np.linalg.norm(x2 - x1):
+                mu, matches, g, prior = jumped
+            else:
+                objective.pop()
+                mu, matches, g, prior = plain
+        return mu, matches, g, prior, passes, converged, objective
 
     @staticmethod
     def _worker_step(
