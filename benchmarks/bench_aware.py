@@ -34,8 +34,9 @@ optimistic bound for any Dawid-Skene-type fit), as error-rate change against TD'
 TD column. It shows whether the one-layer reports carry enough to reach that column.
 
 duchenne: Duchenne's 17,729 answers released by P0's one-layer and two-layer randomized response,
-AwareDawidSkene (the default aware estimator over two labels) against Dawid-Skene on the same
-release: time (fits in turn, best of ten) and iterations, one release per setting.
+AwareDawidSkene (the default aware estimator over two labels) against Dawid-Skene and AwareOneCoin
+against the one-coin Dawid-Skene on the same release: time (fits in turn, best of ten) and
+iterations (passes over the answers), one release per setting.
 """
 
 from __future__ import annotations
@@ -343,7 +344,10 @@ def p0_oracle(args: argparse.Namespace) -> None:
 def duchenne(args: argparse.Namespace) -> None:
     answers = privtd.datasets.load("duchenne").answers
     rng = np.random.default_rng(args.seed)
-    print("mechanism  epsilon | seconds ds  aware | iterations ds  aware | aware / ds")
+    print(
+        "mechanism  epsilon | ms ds  aware-ds  one-coin  aware | iterations ds  aware-ds  "
+        "one-coin  aware | aware-ds / ds  aware / one-coin"
+    )
     for name, make in (
         ("one-layer", OneLayerRR.from_epsilon),
         ("two-layer", TwoLayerRR.from_epsilon),
@@ -351,11 +355,13 @@ def duchenne(args: argparse.Namespace) -> None:
         for eps in (1.0, 0.5, 0.1):
             mech = make(eps)
             released = mech.perturb(answers, rng=rng)
-            fits = (DawidSkene(), AwareDawidSkene(mech))
-            seconds = best_interleaved(fits, released, 10)
+            fits = (DawidSkene(), AwareDawidSkene(mech), OneCoinDawidSkene(), AwareOneCoin(mech))
+            ms = [1e3 * s for s in best_interleaved(fits, released, 10)]
+            iters = [fit.n_iter_ for fit in fits]
             print(
-                f"{name:9s}  {eps:7g} | {seconds[0] * 1e3:7.1f} ms  {seconds[1] * 1e3:5.1f} ms | "
-                f"{fits[0].n_iter_:13d}  {fits[1].n_iter_:5d} | {seconds[1] / seconds[0]:9.1f}x",
+                f"{name:9s}  {eps:7g} | {ms[0]:5.1f}  {ms[1]:8.1f}  {ms[2]:8.1f}  {ms[3]:5.1f} | "
+                f"{iters[0]:13d}  {iters[1]:8d}  {iters[2]:8d}  {iters[3]:5d} | "
+                f"{ms[1] / ms[0]:12.1f}x  {ms[3] / ms[2]:14.1f}x",
                 flush=True,
             )
 

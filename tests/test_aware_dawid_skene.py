@@ -23,6 +23,7 @@ from privtd.inference import (
 from privtd.inference.aware_dawid_skene import (
     _squarem_jump,
     compose,
+    expected_log_confusions,
     flip_posterior,
     own_answer_counts,
     report_channel,
@@ -192,6 +193,22 @@ def test_beats_the_signed_vote_on_duchenne_under_two_layer() -> None:
         for name, est in (("td", WeightedVote()), ("aware", AwareDawidSkene(mech))):
             errors[name].append(float((est.fit(perturbed)._truth_codes[gold] != codes).mean()))
     assert np.mean(errors["aware"]) < np.mean(errors["td"]), errors
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_jumped_state_gets_the_worker_steps_log_confusions(k: int) -> None:
+    """After a jump the truth step needs E_q log (R_f pi) for the jumped (pi, q): the same
+    numbers the worker step returns for its own (pi, q)."""
+    rng = np.random.default_rng(1)
+    n_w = 7
+    flips, weight = np.linspace(0.05, 0.6, 9), np.full(9, 1 / 9)
+    channel = report_channel(flips, k)
+    counts = rng.integers(0, 20, size=(n_w, k, k)).astype(float)
+    alpha = np.full((k, k), 1.0)
+    pi, q, log_conf = AwareDawidSkene._update_workers(
+        counts, random_confusions(rng, n_w, k), channel, np.log(weight), alpha
+    )
+    np.testing.assert_allclose(expected_log_confusions(pi, q, channel), log_conf, rtol=1e-12)
 
 
 def test_squarem_jump_is_the_second_state_where_the_path_speeds_up() -> None:

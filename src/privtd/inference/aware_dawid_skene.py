@@ -94,13 +94,17 @@ def expected_log_confusions(
     pi: np.ndarray, q: np.ndarray, channel: tuple[np.ndarray, np.ndarray]
 ) -> np.ndarray:
     """The truth step's ``L[w, z, y] = E_q log (R_f pi_w)[z, y]``, block by block of workers."""
+    scale, spread = channel
     n_w, k, n_s = pi.shape[0], pi.shape[1], q.shape[1]
     block = max(1, _BLOCK_CELLS // (n_s * k * k))
     log_conf = np.empty_like(pi)
     for lo in range(0, n_w, block):
         part = slice(lo, lo + block)
-        log_composed = np.log(compose(pi[part], channel))
-        log_conf[part] = np.einsum("ws,wszy->wzy", q[part], log_composed)
+        # [w, z y, s]: the flips last, so that one matrix product takes the expectation.
+        log_composed = np.multiply.outer(pi[part].reshape(-1, k * k), scale)
+        log_composed += spread
+        np.log(np.maximum(log_composed, 1e-300, out=log_composed), out=log_composed)
+        log_conf[part] = np.matmul(log_composed, q[part, :, None]).reshape(-1, k, k)
     return log_conf
 
 
