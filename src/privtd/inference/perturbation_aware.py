@@ -136,6 +136,7 @@ class AwareOneCoin(Estimator):
         workers it can collapse onto one class (on Duchenne to 0.998, predicting every task 0),
         so the default keeps it uniform.
     max_iter : int, default 100
+        Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
     tol : float, default 1e-5
         On the change in the log-likelihood per answer (as :class:`DawidSkene`), computed with
         the expected log-accuracies.
@@ -293,7 +294,7 @@ class AwareOneCoin(Estimator):
         # each worker's expected share of matches, and the log class prior where it is learned.
         def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
             g, matches, prior = state
-            share = np.clip(matches / counts, 1e-12, 1.0 - 1e-12)
+            share = np.clip(matches / counts, _FLOOR, 1.0 - _FLOOR)
             parts = [np.log(np.maximum(g, 1e-300)), np.log(share) - np.log1p(-share)]
             return np.concatenate(parts + ([np.log(np.maximum(prior, 1e-300))] if learned else []))
 
