@@ -564,17 +564,17 @@ if numba is not None:
     # AwareDawidSkene's worker step (numpy reference: AwareDawidSkene._update_workers): per
     # worker and flip grid point a K x K table, so numpy's cost there is call overhead.
     @_jit
-    def _flip_posterior_nb(counts, pi, scale, spread, log_h, composed, q):
-        # composed[s] = R_s pi (floored), q = the worker's posterior over the flip grid.
+    def _flip_posterior_nb(counts, pi, scale, spread, log_h, log_composed, q):
+        # log_composed[s] = log R_s pi (floored), q = the worker's posterior over the flip grid.
         n_s, k = scale.shape[0], pi.shape[0]
         top = -np.inf
         for s in range(n_s):
             total = log_h[s]
             for z in range(k):
                 for y in range(k):
-                    c = max(scale[s] * pi[z, y] + spread[s], 1e-300)
-                    composed[s, z, y] = c
-                    total += counts[z, y] * np.log(c)
+                    c = np.log(max(scale[s] * pi[z, y] + spread[s], 1e-300))
+                    log_composed[s, z, y] = c
+                    total += counts[z, y] * c
             q[s] = total
             top = max(top, total)
         norm = 0.0
@@ -585,26 +585,25 @@ if numba is not None:
             q[s] /= norm
 
     @_par
-    def _aware_ds_workers_nb(counts, pi, scale, spread, log_h, alpha):
+    def _aware_ds_workers_nb(counts, pi, q_in, scale, spread, log_h, alpha):
         n_w, k = pi.shape[0], pi.shape[1]
         n_s = scale.shape[0]
         new_pi = np.empty_like(pi)
         q = np.empty((n_w, n_s))
         log_conf = np.zeros_like(pi)
         for w in numba.prange(n_w):
-            composed = np.empty((n_s, k, k))
-            _flip_posterior_nb(counts[w], pi[w], scale, spread, log_h, composed, q[w])
             # Own answers behind the channel: N[x, y] = pi[x, y] sum_s q_s (scale_s c[x, y] /
             # comp_s[x, y] + spread_s sum_z c[z, y] / comp_s[z, y]), then the Dirichlet prior.
             own = np.zeros((k, k))
+            ratio = np.empty(k)
             for s in range(n_s):
                 for y in range(k):
                     column = 0.0
                     for z in range(k):
-                        column += counts[w, z, y] / composed[s, z, y]
+                        ratio[z] = counts[w, z, y] / max(scale[s] * pi[w, z, y] + spread[s], 1e-300)
+                        column += ratio[z]
                     for x in range(k):
-                        ratio = counts[w, x, y] / composed[s, x, y]
-                        own[x, y] += q[w, s] * (scale[s] * ratio + spread[s] * column)
+                        own[x, y] += q_in[w, s] * (scale[s] * ratio[x] + spread[s] * column)
             for y in range(k):
                 total = 0.0
                 for x in range(k):
@@ -612,11 +611,12 @@ if numba is not None:
                     total += own[x, y]
                 for x in range(k):
                     new_pi[w, x, y] = own[x, y] / total
-            _flip_posterior_nb(counts[w], new_pi[w], scale, spread, log_h, composed, q[w])
+            log_composed = np.empty((n_s, k, k))
+            _flip_posterior_nb(counts[w], new_pi[w], scale, spread, log_h, log_composed, q[w])
             for s in range(n_s):
                 for z in range(k):
                     for y in range(k):
-                        log_conf[w, z, y] += q[w, s] * np.log(composed[s, z, y])
+                        log_conf[w, z, y] += q[w, s] * log_composed[s, z, y]
         return new_pi, q, log_conf
 
     # AwareNull's per-task variational Bayes (numpy reference: AwareNull._solve_numpy). Each
@@ -1013,6 +1013,7 @@ def _contiguous_floats(*arrays: np.ndarray) -> list[np.ndarray]:
 def aware_ds_workers(
     counts: np.ndarray,
     pi: np.ndarray,
+    q: np.ndarray,
     channel: tuple[np.ndarray, np.ndarray],
     log_h: np.ndarray,
     alpha: np.ndarray,
@@ -1023,7 +1024,9 @@ def aware_ds_workers(
     if _backend != "numba":
         raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
     scale, spread = channel
-    return _kernel("aware_ds_workers")(*_contiguous_floats(counts, pi, scale, spread, log_h, alpha))
+    return _kernel("aware_ds_workers")(
+        *_contiguous_floats(counts, pi, q, scale, spread, log_h, alpha)
+    )
 
 
 def aware_gaussian(

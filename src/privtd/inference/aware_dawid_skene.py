@@ -246,11 +246,17 @@ class AwareDawidSkene(Estimator):
         else:
             prior = mu.mean(axis=0) if prior_start is None else prior_start.copy()
         counts = _kernels.gather_scatter(wx, layout.task, mu, n_w * k).reshape(n_w, k, k)
-        pi = np.broadcast_to(alpha / alpha.sum(axis=0), (n_w, k, k)).copy()
+        typical = alpha / alpha.sum(axis=0)
+        pi = np.broadcast_to(typical, (n_w, k, k)).copy()
+        # Every worker starts as the typical one: one composed confusion gives the flip step.
+        log_typical = np.log(compose(typical[None], channel)[0]).reshape(-1, k * k)
+        loglik = counts.reshape(n_w, k * k) @ log_typical.T + log_h
+        q = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        q /= q.sum(axis=1, keepdims=True)
         # From the typical worker the confusions need a few steps to reach the start's counts;
         # each step is cheap (per worker, not per answer).
         for _ in range(5):
-            pi, q, log_conf = self._update_workers(counts, pi, channel, log_h, alpha)
+            pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
         # With a public flip (one grid point) the confusion step is a slow EM of its own (the
         # worker's answer is latent behind a noisy channel) but costs O(K^2) per worker, so
         # several steps per pass over the answers cut the passes threefold. With a flip law a
@@ -264,7 +270,7 @@ class AwareDawidSkene(Estimator):
         passes = 0
 
         def step(
-            pi: np.ndarray, log_conf: np.ndarray, prior: np.ndarray
+            pi: np.ndarray, q: np.ndarray, log_conf: np.ndarray, prior: np.ndarray
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             """One pass over the answers (truth step), then the worker steps."""
             nonlocal passes
@@ -282,7 +288,7 @@ class AwareDawidSkene(Estimator):
                 prior = prior_sum / n_t
             counts = flat_counts.reshape(n_w, k, k)
             for _ in range(inner):
-                pi, q, log_conf = self._update_workers(counts, pi, channel, log_h, alpha)
+                pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
             return mu, pi, q, log_conf, prior
 
         def settled() -> bool:
@@ -292,18 +298,18 @@ class AwareDawidSkene(Estimator):
         converged = False
         while passes < self.max_iter:
             start = (pi, q, prior)
-            mu, pi, q, log_conf, prior = step(pi, log_conf, prior)
+            mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
             if converged := settled():
                 break
             if not accelerate or passes + 2 > self.max_iter:
                 continue
             first = (pi, q, prior)
-            mu, pi, q, log_conf, prior = step(pi, log_conf, prior)
+            mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
             if converged := settled():
                 break
             plain = (mu, pi, q, log_conf, prior)
             jump = _squarem_jump(start, first, (pi, q, prior), learned)
-            jumped = step(jump[0], expected_log_confusions(jump[0], jump[1], channel), jump[2])
+            jumped = step(*jump[:2], expected_log_confusions(*jump[:2], channel), jump[2])
             # A step evaluates the objective at the state it starts from: keep the jump where
             # it is no worse than the middle of the two plain passes, else drop it and go on
             # from the plain ones (the objective keeps one value per state gone on from).
@@ -318,27 +324,30 @@ class AwareDawidSkene(Estimator):
     def _update_workers(
         counts: np.ndarray,
         pi: np.ndarray,
+        q: np.ndarray,
         channel: tuple[np.ndarray, np.ndarray],
         log_h: np.ndarray,
         alpha: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """New own confusions, then flip posteriors and expected log confusions under them,
-        block by block of workers (compiled per worker under numba)."""
+        """New own confusions from the flip posteriors ``q`` of the last step, then the flip
+        posteriors and expected log confusions under them, block by block of workers (compiled
+        per worker under numba). Each is a coordinate step on the EM's bound; the flips are not
+        re-fitted to the new counts before the confusions, as that would cost a second set of
+        ``workers x flips x K^2`` logarithms for a step that, at a fixed point, changes nothing."""
         if _kernels.get_backend() == "numba":
-            return _kernels.aware_ds_workers(counts, pi, channel, log_h, alpha)
+            return _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
         n_w, k, n_s = pi.shape[0], pi.shape[1], log_h.size
         block = max(1, _BLOCK_CELLS // (n_s * k * k))
         new_pi = np.empty_like(pi)
-        q = np.empty((n_w, n_s))
+        new_q = np.empty((n_w, n_s))
         log_conf = np.empty_like(pi)
         for lo in range(0, n_w, block):
             part = slice(lo, lo + block)
             composed = compose(pi[part], channel)
-            flips, _ = flip_posterior(counts[part], composed, log_h)
-            own = own_answer_counts(counts[part], pi[part], flips, composed, channel) + alpha
+            own = own_answer_counts(counts[part], pi[part], q[part], composed, channel) + alpha
             own /= own.sum(axis=1, keepdims=True)
             new_pi[part] = own
-            q[part], log_composed = flip_posterior(counts[part], compose(own, channel), log_h)
+            new_q[part], log_composed = flip_posterior(counts[part], compose(own, channel), log_h)
             # The truth step's L[w, z, y] = E_q log (R_f pi_w)[z, y].
-            log_conf[part] = (q[part][:, :, None, None] * log_composed).sum(axis=1)
-        return new_pi, q, log_conf
+            log_conf[part] = (new_q[part][:, :, None, None] * log_composed).sum(axis=1)
+        return new_pi, new_q, log_conf
