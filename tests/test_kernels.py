@@ -168,9 +168,14 @@ def test_compiled_null_e_step_is_the_numpy_one(estimate):
         n_total = n_q[q] + rate.sum()
         y, c = _kernels._psi_parts_nb(n_total)
         task = (channel[0, 0], channel[0, 1], *rate, prior, prior.sum(), np.log(y) + c, n_total)
-        loglik = _kernels._null_e_step_nb(counts[q], *task, estimate == "map", expected[q], out, w)
+        use_map = estimate == "map"
+        loglik = _kernels._null_e_step_nb(counts[q], *task, use_map, expected[q], out, w, True)
         np.testing.assert_allclose(out, want[q], rtol=1e-12)
         np.testing.assert_allclose(loglik, counts[q] @ np.log(predicted[q]), rtol=1e-12)
+        # Unscored (a step's first two E steps): the same counts, no log-likelihood.
+        unscored = _kernels._null_e_step_nb(counts[q], *task, use_map, expected[q], out, w, False)
+        np.testing.assert_allclose(out, want[q], rtol=1e-12)
+        assert unscored == 0.0
 
 
 def test_compiled_digamma_is_scipys():
