@@ -775,6 +775,14 @@ def secure_em_cmd(
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the trials.")
 @click.option("--jobs", type=int, help="kdd18: worker processes (default: every core).")
 @click.option(
+    "--label-order",
+    type=click.Choice(["given", "reversed"]),
+    default="given",
+    show_default=True,
+    help="kdd18: code the labels as given or reversed (ties go to the first label; same "
+    "releases either way).",
+)
+@click.option(
     "--size",
     type=click.Choice(["small", "large"]),
     default="small",
@@ -802,6 +810,7 @@ def reproduce(
     trials: int | None,
     seed: int,
     jobs: int | None,
+    label_order: str,
     size: str,
     mf_dim: int,
     aware_estimate: str,
@@ -838,6 +847,7 @@ def reproduce(
             trials=trials,
             seed=seed,
             jobs=jobs,
+            label_order=label_order,
             large=large,
             mf_dim=mf_dim,
             aware_estimate=aware_estimate,

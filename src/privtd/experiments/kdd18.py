@@ -70,6 +70,23 @@ def _error(est: Estimator, gold_index: np.ndarray, gold_codes: np.ndarray) -> fl
     return float((est._truth_codes[gold_index] != gold_codes).mean())
 
 
+def _reversed(answers: Answers) -> Answers:
+    """The same binary answers with the label codes swapped (label 1 first). Every method here
+    gives a tie, or an all-uninformative release, to the first label, so on a dataset whose
+    majority class comes first that tie-break is a prior the answers did not supply; running
+    both orders shows how much of a column it is."""
+    return Answers(
+        answers.task,
+        answers.worker,
+        (1 - answers.value).astype(answers.value.dtype),
+        answers.tasks,
+        answers.workers,
+        answers.labels[::-1],
+        answers.value_range,
+        answers.notes,
+    )
+
+
 def _stack(answers: Answers, trials: int) -> Answers:
     """``trials`` disjoint copies of the answers (copy k's tasks and workers offset by k), so
     one perturbation serves every trial, and one majority vote too (it treats blocks apart)."""
@@ -166,15 +183,24 @@ def run(
     epsilons: tuple[float, ...] = EPSILONS,
     progress: Callable[[int], None] | None = None,
     jobs: int | None = None,
+    label_order: str = "given",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The table: one row per epsilon; per mechanism and method the mean error-rate change and
-    its standard error over trials. Also returns the clean error rates and run facts."""
+    its standard error over trials. Also returns the clean error rates and run facts.
+
+    ``label_order="reversed"`` codes the labels the other way round (the dataset's second label
+    first). With the same seed the releases are the same, answer for answer (each report is the
+    other code of the same flip), so the two tables differ only by where ties go."""
     if not isinstance(trials, int) or trials < 2:
         raise ValidationError(f"trials must be an int >= 2 (for standard errors). Got {trials!r}.")
+    if label_order not in ("given", "reversed"):
+        raise ValidationError(f"label_order must be 'given' or 'reversed'. Got {label_order!r}.")
     data = datasets.load(dataset)
     answers, truth = data.answers, data.truth
     if not answers.is_categorical or answers.n_labels != 2:
         raise ValidationError(f"kdd18 needs a binary dataset; {dataset!r} is not one.")
+    if label_order == "reversed":
+        answers = _reversed(answers)
     gold_index = answers.encode_tasks(truth.index, "truth")
     gold_codes = answers.encode_labels(pd.Index(truth.to_numpy()), "truth")
     clean = {
@@ -220,6 +246,8 @@ def run(
         "dataset": dataset,
         "trials": trials,
         "seed": seed,
+        "label_order": label_order,
+        "labels": [str(label) for label in answers.labels],
         "epsilons": list(epsilons),
         "clean_error": clean,
         "n_truths": int(gold_index.size),

@@ -59,6 +59,7 @@ def run(
     trials: int | None = None,
     seed: int = 0,
     jobs: int | None = None,
+    label_order: str = "given",
     large: bool = False,
     mf_dim: int = 10,
     aware_estimate: str = "map",
@@ -79,7 +80,14 @@ def run(
         written.append(out / "checks.md")
         return Outcome(experiment, facts, shown, list(dict.fromkeys(written)), verdicts)
     if experiment == "kdd18":
-        table, facts = kdd18.run(dataset, trials=trials, seed=seed, progress=progress, jobs=jobs)
+        table, facts = kdd18.run(
+            dataset,
+            trials=trials,
+            seed=seed,
+            progress=progress,
+            jobs=jobs,
+            label_order=label_order,
+        )
     elif experiment == "icdcs20":
         table, facts = icdcs20.run(trials=trials, seed=seed, progress=progress)
     elif experiment == "bigdata18":
@@ -96,6 +104,8 @@ def run(
         table, facts = ladp.run(trials=trials, seed=seed, progress=progress)
     facts["experiment"] = experiment
     subject = dataset if experiment == "kdd18" else "synthetic"
+    if experiment == "kdd18" and label_order == "reversed":
+        subject += ", labels reversed"
     written = report.write(out, table, facts, f"{experiment}: {subject}")
     found: list[checks.Check] = []
     if experiment == "kdd18":
