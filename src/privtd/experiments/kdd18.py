@@ -75,6 +75,7 @@ def _reversed(answers: Answers) -> Answers:
     gives a tie, or an all-uninformative release, to the first label, so on a dataset whose
     majority class comes first that tie-break is a prior the answers did not supply; running
     both orders shows how much of a column it is."""
+    assert answers.labels is not None  # run() admits binary categorical answers only
     return Answers(
         answers.task,
         answers.worker,
@@ -197,10 +198,12 @@ def run(
         raise ValidationError(f"label_order must be 'given' or 'reversed'. Got {label_order!r}.")
     data = datasets.load(dataset)
     answers, truth = data.answers, data.truth
-    if not answers.is_categorical or answers.n_labels != 2:
+    if answers.labels is None or answers.n_labels != 2:
         raise ValidationError(f"kdd18 needs a binary dataset; {dataset!r} is not one.")
+    labels = [str(label) for label in answers.labels]
     if label_order == "reversed":
         answers = _reversed(answers)
+        labels.reverse()
     gold_index = answers.encode_tasks(truth.index, "truth")
     gold_codes = answers.encode_labels(pd.Index(truth.to_numpy()), "truth")
     clean = {
@@ -247,7 +250,7 @@ def run(
         "trials": trials,
         "seed": seed,
         "label_order": label_order,
-        "labels": [str(label) for label in answers.labels],
+        "labels": labels,
         "epsilons": list(epsilons),
         "clean_error": clean,
         "n_truths": int(gold_index.size),
