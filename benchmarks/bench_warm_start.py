@@ -51,7 +51,11 @@ def settings(seed: int):
     )
     mech = OneLayerRR.from_epsilon(1.0, n_labels=2)
     released = mech.perturb(answers, rng=seed + 1)
-    for method, params in (("aware-one-coin", {"mechanism": mech}), ("ds", {})):
+    for method, params in (
+        ("aware-ds", {"mechanism": mech}),
+        ("aware-one-coin", {"mechanism": mech}),
+        ("ds", {}),
+    ):
         yield method, params, released, truth
     answers, truth, _ = privtd.datasets.make_numeric(
         20_000, 2_000, answers_per_task=50, error_rate=1.0, rng=seed

@@ -357,7 +357,9 @@ def test_a_rerun_resumes_from_the_previous_fit(api):
     cold = make_estimator(row.method, mechanism=mech).fit(answers)
     result = api.get(f"/campaigns/{cid}/results", headers=AUTH).json()
     assert [result["truths"][f"t{i}"] for i in range(20)] == cold.truths_.tolist()
-    assert second["iteration"] <= cold.n_iter_
+    # No pass count against the cold fit: on 20 tasks the cold fit's majority-vote start is as
+    # good as the previous run's, and which of them settles a pass sooner is noise
+    # (benchmarks/bench_warm_start.py measures what resuming saves at scale).
     # Nothing new: the third run starts at the fixed point and stops at once.
     third = run()
     assert third["warm_start_from"] == second["run_id"]

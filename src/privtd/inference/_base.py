@@ -248,7 +248,7 @@ class Estimator(ABC):
         params = self.get_params()
         if "max_iter" in params:
             _check_int(type(self).__name__, "max_iter", params["max_iter"], low=1)
-        if "tol" in params:
+        if params.get("tol") is not None:  # None: the estimator picks one for the data
             _check_float(type(self).__name__, "tol", params["tol"], low=0.0)
 
     def _tick(self, n_iter: int) -> None:
@@ -295,7 +295,8 @@ class Estimator(ABC):
         if self.iterative and not converged:
             warnings.warn(
                 f"{type(self).__name__} stopped at max_iter={n_iter} before the change fell "
-                f"below tol={getattr(self, 'tol', None)}; raise max_iter or tol.",
+                f"below tol={getattr(self, 'tol_', getattr(self, 'tol', None))}; raise max_iter or "
+                "tol.",
                 ConvergenceWarning,
                 stacklevel=3,
             )

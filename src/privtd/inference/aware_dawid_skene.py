@@ -154,16 +154,21 @@ class AwareDawidSkene(Estimator):
     class_prior : {"learned", "uniform"}, default "learned"
         As Dawid-Skene, the class prior is re-estimated each iteration; "uniform" keeps it fixed.
     max_iter : int, default 100
-        Passes over the answers, counting the extrapolation's (under a flip law, see
-        ``docs/inference.md``).
-    tol : float, default 1e-5
+        Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
+    tol : float or None, default None
         On the change of the truth step's log-likelihood per answer (with the expected log
-        confusions), as :class:`DawidSkene`.
+        confusions) over one plain pass, as :class:`DawidSkene`. None: 1e-6 where the flip is
+        public (one-layer RR, or no mechanism), 1e-5 under a flip law (two-layer RR). With a
+        public flip the class prior and the workers' biases trade off along a ridge that the
+        noise flattens; the fit climbs it in steps under 1e-5 per answer while its truths still
+        improve (``docs/inference.md``). Under a flip law the workers whose devices kept most
+        answers pin the ridge, and going on to 1e-6 moved nothing measurable.
 
-    Fitted: ``truths_``, ``probas_``, ``priors_``, ``confusions_`` (each worker's own
-    confusion, the channel taken out; ``[worker, answer, truth]``), ``weights_`` (``weight`` =
-    the prior-weighted own accuracy, ``flip`` = the posterior mean of the worker's flip
-    probability, ``observed_accuracy`` = the same for the reports it sent).
+    Fitted: ``tol_`` (the tolerance used), ``truths_``, ``probas_``, ``priors_``,
+    ``confusions_`` (each worker's own confusion, the channel taken out;
+    ``[worker, answer, truth]``), ``weights_`` (``weight`` = the prior-weighted own accuracy,
+    ``flip`` = the posterior mean of the worker's flip probability, ``observed_accuracy`` = the
+    same for the reports it sent).
     """
 
     iterative = True
@@ -177,7 +182,7 @@ class AwareDawidSkene(Estimator):
         prior_diagonal: float = 0.7,
         class_prior: str = "learned",
         max_iter: int = 100,
-        tol: float = 1e-5,
+        tol: float | None = None,
     ) -> None:
         self.mechanism = mechanism
         self.prior_strength = prior_strength
@@ -198,6 +203,7 @@ class AwareDawidSkene(Estimator):
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         flips, flip_weight = flip_law(self.mechanism, k, owner=type(self).__name__)
+        self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
         channel = report_channel(flips, k)
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         wx = layout.worker.astype(np.int64) * k + layout.value
@@ -257,14 +263,10 @@ class AwareDawidSkene(Estimator):
         # each step is cheap (per worker, not per answer).
         for _ in range(5):
             pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
-        # With a public flip (one grid point) the confusion step is a slow EM of its own (the
-        # worker's answer is latent behind a noisy channel) but costs O(K^2) per worker, so
-        # several steps per pass over the answers cut the passes threefold. With a flip law a
-        # worker step costs 32 times more, and the EM is slow the other way round: truths, flips
-        # and confusions move together in small steps for tens of passes. There SQUAREM
-        # (Varadhan and Roland 2008) extrapolates every two passes along the path they trace.
-        inner = 10 if log_h.size == 1 else 1
-        accelerate = log_h.size > 1
+        # Truths, flips, confusions and the class prior move together in small steps for tens
+        # of passes (more under one-layer RR, where the class prior and the workers' biases trade
+        # off along a ridge the noise flattens), so SQUAREM (Varadhan and Roland 2008)
+        # extrapolates every two passes along the path they trace.
         learned = self.class_prior == "learned"
         objective: list[float] = []
         passes = 0
@@ -283,17 +285,21 @@ class AwareDawidSkene(Estimator):
                 np.log(np.maximum(prior, EPS)),
                 gold_labels,
             )
-            objective.append(loglik / answers.n_answers)
+            # The bound EM climbs: the truth step's log-likelihood, plus the Dirichlet prior's
+            # log density of the confusions, less each worker's flip posterior's divergence from
+            # the flip law (zero with a public flip).
+            log_prior = float((alpha * np.log(np.maximum(pi, 1e-300))).sum())
+            divergence = float((q * (np.log(np.maximum(q, 1e-300)) - log_h)).sum())
+            objective.append((loglik + log_prior - divergence) / answers.n_answers)
             if learned:
                 prior = prior_sum / n_t
             counts = flat_counts.reshape(n_w, k, k)
-            for _ in range(inner):
-                pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
+            pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
             return mu, pi, q, log_conf, prior
 
         def settled() -> bool:
             """The stopping rule: the objective moved less than tol over one plain pass."""
-            return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol
+            return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol_
 
         converged = False
         while passes < self.max_iter:
@@ -301,7 +307,7 @@ class AwareDawidSkene(Estimator):
             mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
             if converged := settled():
                 break
-            if not accelerate or passes + 2 > self.max_iter:
+            if passes + 2 > self.max_iter:
                 continue
             first = (pi, q, prior)
             mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
