@@ -37,6 +37,11 @@ def rr_matrix(f: float, k: int) -> np.ndarray:
     return np.array([[1 - f if z == x else f / (k - 1) for x in range(k)] for z in range(k)])
 
 
+def plain_jump(s0: tuple, s1: tuple, s2: tuple, prior: bool) -> tuple:
+    """A jump of alpha = -1 is the second plain state: with it the loop is plain EM."""
+    return s2[:3]
+
+
 def random_confusions(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     pi = rng.random((n, k, k)) + 2 * np.eye(k)
     return pi / pi.sum(axis=1, keepdims=True)
@@ -242,8 +247,7 @@ def test_squarem_reaches_the_plain_em_fixed_point_in_fewer_passes(
     answers, _, _ = privtd.datasets.make_categorical(400, 20, 2, rng=3)
     perturbed = mech.perturb(answers, rng=1)  # type: ignore[attr-defined]
     fast = AwareDawidSkene(mech, tol=1e-15, max_iter=5000).fit(perturbed)
-    # A jump of alpha = -1 is the second plain state: the loop is then plain EM.
-    monkeypatch.setattr(aware_dawid_skene, "_squarem_jump", lambda s0, s1, s2, prior: s2[:3])
+    monkeypatch.setattr(aware_dawid_skene, "_squarem_jump", plain_jump)
     plain = AwareDawidSkene(mech, tol=1e-15, max_iter=5000).fit(perturbed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
@@ -270,7 +274,7 @@ def test_the_objective_is_the_bound_the_em_climbs(
     if layers == "two" and k != 2:
         pytest.skip("two-layer RR is binary")
     if not squarem:
-        monkeypatch.setattr(aware_dawid_skene, "_squarem_jump", lambda s0, s1, s2, prior: s2[:3])
+        monkeypatch.setattr(aware_dawid_skene, "_squarem_jump", plain_jump)
     fit = AwareDawidSkene(mech, tol=1e-10, max_iter=400).fit(mech.perturb(answers, rng=2))
     assert fit.n_iter_ > 5
     assert np.diff(fit.objective_).min() > -1e-12, np.diff(fit.objective_).min()

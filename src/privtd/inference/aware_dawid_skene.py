@@ -156,13 +156,14 @@ class AwareDawidSkene(Estimator):
     max_iter : int, default 100
         Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
     tol : float or None, default None
-        On the change of the truth step's log-likelihood per answer (with the expected log
-        confusions) over one plain pass, as :class:`DawidSkene`. None: 1e-6 where the flip is
-        public (one-layer RR, or no mechanism), 1e-5 under a flip law (two-layer RR). With a
-        public flip the class prior and the workers' biases trade off along a ridge that the
-        noise flattens; the fit climbs it in steps under 1e-5 per answer while its truths still
-        improve (``docs/inference.md``). Under a flip law the workers whose devices kept most
-        answers pin the ridge, and going on to 1e-6 moved nothing measurable.
+        On the change per answer, over one plain pass, of the bound the EM climbs: the truth
+        step's log-likelihood (with the expected log confusions), plus the confusions' Dirichlet
+        log density, less the flip posteriors' divergence from the flip law. None: 1e-6 where
+        the flip is public (one-layer RR, or no mechanism), 1e-5 under a flip law (two-layer
+        RR). With a public flip the class prior and the workers' biases trade off along a ridge
+        that the noise flattens; the fit climbs it in steps under 1e-5 per answer while its
+        truths still improve (``docs/inference.md``). Under a flip law the workers whose devices
+        kept most answers pin the ridge, and going on to 1e-6 moved nothing measurable.
 
     Fitted: ``tol_`` (the tolerance used), ``truths_``, ``probas_``, ``priors_``,
     ``confusions_`` (each worker's own confusion, the channel taken out;
