@@ -8,6 +8,7 @@
     python benchmarks/bench_aware.py null-starts  # AwareNull's two starts, picked by the bound
     python benchmarks/bench_aware.py p0-oracle  # P0's Duchenne: what one-layer RR leaves an oracle
     python benchmarks/bench_aware.py duchenne   # P0's Duchenne: aware-ds against Dawid-Skene, time
+    python benchmarks/bench_aware.py duchenne-ratios --trials 20  # the same, 60 releases each
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -37,6 +38,10 @@ duchenne: Duchenne's 17,729 answers released by P0's one-layer and two-layer ran
 AwareDawidSkene (the default aware estimator over two labels) against Dawid-Skene and AwareOneCoin
 against the one-coin Dawid-Skene on the same release: time (fits in turn, best of ten) and
 iterations (passes over the answers), one release per setting.
+
+duchenne-ratios: AwareDawidSkene's time over Dawid-Skene's on each of 3 x ``--trials`` releases per
+mechanism (epsilon 1, 0.5, 0.1; seeds from ``--seed``), best of five, with the mean, median and
+largest ratio: issue 7's speed target (at most 3x) release by release.
 """
 
 from __future__ import annotations
@@ -366,6 +371,38 @@ def duchenne(args: argparse.Namespace) -> None:
             )
 
 
+def duchenne_ratios(args: argparse.Namespace) -> None:
+    """The speed target release by release: ``--trials`` seeds of Duchenne's answers released
+    at epsilon 1, 0.5 and 0.1 by each mechanism, AwareDawidSkene's time over Dawid-Skene's (fits
+    in turn, best of five), and the mean, median and largest ratio."""
+    answers = privtd.datasets.load("duchenne").answers
+    for name, make in (
+        ("two-layer", TwoLayerRR.from_epsilon),
+        ("one-layer", OneLayerRR.from_epsilon),
+    ):
+        ratios = []
+        for seed in range(args.seed, args.seed + args.trials):
+            rng = np.random.default_rng(seed)
+            for eps in (1.0, 0.5, 0.1):
+                mech = make(eps)
+                released = mech.perturb(answers, rng=rng)
+                fits = (DawidSkene(), AwareDawidSkene(mech))
+                ds, aware = best_interleaved(fits, released, 5)
+                ratios.append(aware / ds)
+                print(
+                    f"{name}  seed {seed:2d}  epsilon {eps:3g} | ds {1e3 * ds:5.1f} ms "
+                    f"{fits[0].n_iter_:3d} iterations | aware-ds {1e3 * aware:5.1f} ms "
+                    f"{fits[1].n_iter_:3d} passes | {aware / ds:.2f}x",
+                    flush=True,
+                )
+        r = np.array(ratios)
+        print(
+            f"{name}: {r.size} releases, aware-ds / ds mean {r.mean():.2f}x, median "
+            f"{np.median(r):.2f}x, largest {r.max():.2f}x, above 3x: {(r > 3).sum()}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     modes = {
@@ -376,6 +413,7 @@ def main() -> None:
         "null-starts": null_starts,
         "p0-oracle": p0_oracle,
         "duchenne": duchenne,
+        "duchenne-ratios": duchenne_ratios,
     }
     parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
@@ -388,7 +426,10 @@ def main() -> None:
         help="sparse: AwareNull's estimate",
     )
     parser.add_argument(
-        "--trials", type=int, default=100, help="grr-trials: crowds per setting; p0-oracle: draws"
+        "--trials",
+        type=int,
+        default=100,
+        help="grr-trials: crowds per setting; p0-oracle: draws; duchenne-ratios: seeds",
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore", privtd.ConvergenceWarning)

@@ -18,6 +18,7 @@ from privtd.inference import (
     OneCoinDawidSkene,
     WeightedVote,
     _kernels,
+    aware_dawid_skene,
 )
 from privtd.inference.aware_null import null_channel
 from privtd.mechanisms import ExpGaussian, KRRNull, OneLayerRR, TwoLayerNull, TwoLayerRR
@@ -105,6 +106,35 @@ def test_backends_agree_on_aware_gaussian(told, backend):
     np.testing.assert_allclose(a.variance_prior_, b.variance_prior_, atol=1e-12)
     np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
     assert (b.truths_.loc[gold.index] == gold).all()
+
+
+@pytest.mark.parametrize("learned", [True, False])
+@pytest.mark.parametrize("k", [2, 3])
+def test_backends_agree_on_the_aware_dawid_skene_jump(learned, k, backend):
+    # SQUAREM's jump from three states, with its log confusions and bound: compiled against numpy
+    # (the numpy jump's own properties are tested in test_aware_dawid_skene.py).
+    rng = np.random.default_rng(17)
+    flips = np.linspace(0.05, 0.6, 9)
+    channel = aware_dawid_skene.report_channel(flips, k)
+    log_h = np.log(np.full(9, 1 / 9))
+    alpha = rng.random((k, k)) + 1.0
+
+    def state():
+        pi = rng.random((6, k, k)) + 2 * np.eye(k)
+        q = rng.dirichlet(np.ones(9), 6)
+        q[0, :3] = 1e-200  # grid points a worker's answers rule out: under the 1e-12 floor
+        return pi / pi.sum(axis=1, keepdims=True), q, rng.dirichlet(np.ones(k)), None, 0.0
+
+    states = [state() for _ in range(3)]
+    jumped = {}
+    for name in ("numpy", "numba"):
+        backend(name)
+        jumped[name] = aware_dawid_skene._jump(*states, learned, channel, log_h, alpha)
+    for a, b in zip(jumped["numpy"], jumped["numba"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300)
+    if not learned:
+        assert jumped["numba"][2] is not states[2][2]
+        np.testing.assert_array_equal(jumped["numba"][2], states[2][2])
 
 
 @pytest.mark.parametrize(

@@ -591,6 +591,7 @@ if numba is not None:
         new_pi = np.empty_like(pi)
         q = np.empty((n_w, n_s))
         log_conf = np.zeros_like(pi)
+        bound = np.empty(n_w)
         for w in numba.prange(n_w):
             # Own answers behind the channel: N[x, y] = pi[x, y] sum_s q_s (scale_s c[x, y] /
             # comp_s[x, y] + spread_s sum_z c[z, y] / comp_s[z, y]), then the Dirichlet prior.
@@ -617,7 +618,87 @@ if numba is not None:
                 for z in range(k):
                     for y in range(k):
                         log_conf[w, z, y] += q[w, s] * log_composed[s, z, y]
-        return new_pi, q, log_conf
+            bound[w] = _aware_ds_bound_nb(new_pi[w], q[w], log_h, alpha)
+        return new_pi, q, log_conf, bound.sum()
+
+    @_jit
+    def _aware_ds_bound_nb(pi, q, log_h, alpha):
+        # The worker's share of the EM's bound: sum alpha log pi - sum_s q_s (log q_s - log h_s).
+        k = pi.shape[0]
+        total = 0.0
+        for x in range(k):
+            for y in range(k):
+                total += alpha[x, y] * np.log(max(pi[x, y], 1e-300))
+        for s in range(q.shape[0]):
+            total -= q[s] * (np.log(max(q[s], 1e-300)) - log_h[s])
+        return total
+
+    @_jit
+    def _jump_moves_nb(a0, a1, a2, sums):
+        # SQUAREM's r = log a1 - log a0 and v = log a2 - 2 log a1 + log a0 (floored at 1e-12):
+        # adds |r|^2 and |v|^2 to sums.
+        f0, f1, f2 = a0.ravel(), a1.ravel(), a2.ravel()
+        for i in range(f0.size):
+            l0 = np.log(max(f0[i], 1e-12))
+            l1 = np.log(max(f1[i], 1e-12))
+            r = l1 - l0
+            v = np.log(max(f2[i], 1e-12)) - l1 - r
+            sums[0] += r * r
+            sums[1] += v * v
+
+    @_jit
+    def _jump_rows_nb(a0, a1, a2, step, out):
+        # Each row of the jumped state exp(log a0 - 2 step r + step^2 v), renormalised.
+        n = out.shape[0]
+        for i in range(n):
+            l0 = np.log(max(a0[i], 1e-12))
+            l1 = np.log(max(a1[i], 1e-12))
+            r = l1 - l0
+            v = np.log(max(a2[i], 1e-12)) - l1 - r
+            out[i] = l0 - 2.0 * step * r + step * step * v
+        top = out.max()
+        total = 0.0
+        for i in range(n):
+            out[i] = np.exp(out[i] - top)
+            total += out[i]
+        for i in range(n):
+            out[i] /= total
+
+    @_par
+    def _aware_ds_jump_nb(
+        pi0, q0, p0, pi1, q1, p1, pi2, q2, p2, learned, scale, spread, log_h, alpha
+    ):
+        # AwareDawidSkene's SQUAREM jump (numpy reference: _squarem_jump, then
+        # expected_log_confusions and the bound) in one pass per worker.
+        n_w, k, n_s = pi0.shape[0], pi0.shape[1], q0.shape[1]
+        sums = np.zeros(2)
+        _jump_moves_nb(pi0, pi1, pi2, sums)
+        _jump_moves_nb(q0, q1, q2, sums)
+        if learned:
+            _jump_moves_nb(p0, p1, p2, sums)
+        step = -1.0
+        if sums[1] > 0:
+            step = min(-np.sqrt(sums[0]) / np.sqrt(sums[1]), -1.0)
+        pi = np.empty_like(pi0)
+        q = np.empty_like(q0)
+        log_conf = np.zeros_like(pi0)
+        bound = np.empty(n_w)
+        for w in numba.prange(n_w):
+            column = np.empty(k)
+            for y in range(k):
+                _jump_rows_nb(pi0[w, :, y], pi1[w, :, y], pi2[w, :, y], step, column)
+                pi[w, :, y] = column
+            _jump_rows_nb(q0[w], q1[w], q2[w], step, q[w])
+            for s in range(n_s):
+                for z in range(k):
+                    for y in range(k):
+                        c = np.log(max(scale[s] * pi[w, z, y] + spread[s], 1e-300))
+                        log_conf[w, z, y] += q[w, s] * c
+            bound[w] = _aware_ds_bound_nb(pi[w], q[w], log_h, alpha)
+        prior = p2.copy()
+        if learned:
+            _jump_rows_nb(p0, p1, p2, step, prior)
+        return pi, q, prior, log_conf, bound.sum()
 
     # AwareNull's per-task variational Bayes (numpy reference: AwareNull._solve_numpy). Each
     # task iterates in registers until its own truth settles, so converged tasks cost nothing.
@@ -789,6 +870,7 @@ if numba is not None:
         "grid_posterior": _grid_posterior_nb,
         "aware_null_tasks": _aware_null_tasks_nb,
         "aware_ds_workers": _aware_ds_workers_nb,
+        "aware_ds_jump": _aware_ds_jump_nb,
         "aware_gaussian": _aware_gaussian_nb,
     }
 
@@ -1018,16 +1100,38 @@ def aware_ds_workers(
     channel: tuple[np.ndarray, np.ndarray],
     log_h: np.ndarray,
     alpha: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """AwareDawidSkene's worker step, compiled (numba only; the numpy path is
-    ``AwareDawidSkene._update_workers``): new own confusions, flip posteriors and expected log
-    confusions."""
+    ``AwareDawidSkene._update_workers``): new own confusions, flip posteriors, expected log
+    confusions and the workers' part of the EM's bound."""
     if _backend != "numba":
         raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
     scale, spread = channel
-    return _kernel("aware_ds_workers")(
+    pi, q, log_conf, bound = _kernel("aware_ds_workers")(
         *_contiguous_floats(counts, pi, q, scale, spread, log_h, alpha)
     )
+    return pi, q, log_conf, float(bound)
+
+
+def aware_ds_jump(
+    start: tuple[np.ndarray, np.ndarray, np.ndarray],
+    first: tuple[np.ndarray, np.ndarray, np.ndarray],
+    second: tuple[np.ndarray, np.ndarray, np.ndarray],
+    learned_prior: bool,
+    channel: tuple[np.ndarray, np.ndarray],
+    log_h: np.ndarray,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """AwareDawidSkene's SQUAREM jump from three ``(pi, q, class prior)`` states, compiled
+    (numba only; the numpy path is ``aware_dawid_skene._jump``): the jumped state with its
+    expected log confusions and the workers' part of the EM's bound."""
+    if _backend != "numba":
+        raise ValidationError("aware_ds_jump is compiled only; use the numpy jump.")
+    states = _contiguous_floats(*start, *first, *second)
+    pi, q, prior, log_conf, bound = _kernel("aware_ds_jump")(
+        *states, bool(learned_prior), *_contiguous_floats(*channel, log_h, alpha)
+    )
+    return pi, q, prior, log_conf, float(bound)
 
 
 def aware_gaussian(

@@ -136,6 +136,38 @@ def _squarem_jump(
     return out[0], out[1], out[2]
 
 
+def bound_terms(pi: np.ndarray, q: np.ndarray, log_h: np.ndarray, alpha: np.ndarray) -> float:
+    """The workers' part of the EM's bound: the confusions' Dirichlet log density (up to its
+    constant), less the flip posteriors' divergence from the flip law."""
+    log_prior = float((alpha * np.log(np.maximum(pi, 1e-300))).sum())
+    return log_prior - float((q * (np.log(np.maximum(q, 1e-300)) - log_h)).sum())
+
+
+# A worker state: own confusions, flip posteriors, class prior, the truth step's expected log
+# confusions, and the workers' part of the bound (bound_terms) at those confusions and flips.
+State = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
+
+
+def _jump(
+    start: State,
+    first: State,
+    second: State,
+    learned_prior: bool,
+    channel: tuple[np.ndarray, np.ndarray],
+    log_h: np.ndarray,
+    alpha: np.ndarray,
+) -> State:
+    """SQUAREM's jump from three successive states, with what the next truth step needs."""
+    if _kernels.get_backend() == "numba":
+        # One compiled pass: in numpy the jump and its logarithms cost two thirds of a pass.
+        return _kernels.aware_ds_jump(
+            start[:3], first[:3], second[:3], learned_prior, channel, log_h, alpha
+        )
+    pi, q, prior = _squarem_jump(start[:3], first[:3], second[:3], learned_prior)
+    log_conf = expected_log_confusions(pi, q, channel)
+    return pi, q, prior, log_conf, bound_terms(pi, q, log_h, alpha)
+
+
 class AwareDawidSkene(Estimator):
     """Dawid-Skene with the public randomized-response channel in the likelihood (see module
     doc).
@@ -263,7 +295,7 @@ class AwareDawidSkene(Estimator):
         # From the typical worker the confusions need a few steps to reach the start's counts;
         # each step is cheap (per worker, not per answer).
         for _ in range(5):
-            pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
+            pi, q, log_conf, bound = self._update_workers(counts, pi, q, channel, log_h, alpha)
         # Truths, flips, confusions and the class prior move together in small steps for tens
         # of passes (more under one-layer RR, where the class prior and the workers' biases trade
         # off along a ridge the noise flattens), so SQUAREM (Varadhan and Roland 2008)
@@ -272,13 +304,12 @@ class AwareDawidSkene(Estimator):
         objective: list[float] = []
         passes = 0
 
-        def step(
-            pi: np.ndarray, q: np.ndarray, log_conf: np.ndarray, prior: np.ndarray
-        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def step(state: State) -> tuple[np.ndarray, State]:
             """One pass over the answers (truth step), then the worker steps."""
             nonlocal passes
             passes += 1
             self._tick(passes)
+            pi, q, prior, log_conf, bound = state
             mu, flat_counts, prior_sum, loglik = _kernels.ds_step(
                 layout,
                 wx,
@@ -289,42 +320,39 @@ class AwareDawidSkene(Estimator):
             # The bound EM climbs: the truth step's log-likelihood, plus the Dirichlet prior's
             # log density of the confusions, less each worker's flip posterior's divergence from
             # the flip law (zero with a public flip).
-            log_prior = float((alpha * np.log(np.maximum(pi, 1e-300))).sum())
-            divergence = float((q * (np.log(np.maximum(q, 1e-300)) - log_h)).sum())
-            objective.append((loglik + log_prior - divergence) / answers.n_answers)
+            objective.append((loglik + bound) / answers.n_answers)
             if learned:
                 prior = prior_sum / n_t
             counts = flat_counts.reshape(n_w, k, k)
-            pi, q, log_conf = self._update_workers(counts, pi, q, channel, log_h, alpha)
-            return mu, pi, q, log_conf, prior
+            pi, q, log_conf, bound = self._update_workers(counts, pi, q, channel, log_h, alpha)
+            return mu, (pi, q, prior, log_conf, bound)
 
         def settled() -> bool:
             """The stopping rule: the objective moved less than tol over one plain pass."""
             return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol_
 
+        state: State = (pi, q, prior, log_conf, bound)
         converged = False
         while passes < self.max_iter:
-            start = (pi, q, prior)
-            mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
+            start = state
+            mu, state = step(state)
             if converged := settled():
                 break
             if passes + 2 > self.max_iter:
                 continue
-            first = (pi, q, prior)
-            mu, pi, q, log_conf, prior = step(pi, q, log_conf, prior)
+            first = state
+            mu, state = step(state)
             if converged := settled():
                 break
-            plain = (mu, pi, q, log_conf, prior)
-            jump = _squarem_jump(start, first, (pi, q, prior), learned)
-            jumped = step(*jump[:2], expected_log_confusions(*jump[:2], channel), jump[2])
+            jumped = step(_jump(start, first, state, learned, channel, log_h, alpha))
             # A step evaluates the objective at the state it starts from: keep the jump where
             # it is no worse than the middle of the two plain passes, else drop it and go on
             # from the plain ones (the objective keeps one value per state gone on from).
             if objective[-1] >= objective[-2]:
-                mu, pi, q, log_conf, prior = jumped
+                mu, state = jumped
             else:
                 objective.pop()
-                mu, pi, q, log_conf, prior = plain
+        pi, q, prior = state[:3]
         return mu, pi, q, prior, passes, converged, objective
 
     @staticmethod
@@ -335,12 +363,13 @@ class AwareDawidSkene(Estimator):
         channel: tuple[np.ndarray, np.ndarray],
         log_h: np.ndarray,
         alpha: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """New own confusions from the flip posteriors ``q`` of the last step, then the flip
-        posteriors and expected log confusions under them, block by block of workers (compiled
-        per worker under numba). Each is a coordinate step on the EM's bound; the flips are not
-        re-fitted to the new counts before the confusions, as that would cost a second set of
-        ``workers x flips x K^2`` logarithms for a step that, at a fixed point, changes nothing."""
+        posteriors and expected log confusions under them, and the workers' part of the bound
+        there, block by block of workers (compiled per worker under numba). Each is a coordinate
+        step on the EM's bound; the flips are not re-fitted to the new counts before the
+        confusions, as that would cost a second set of ``workers x flips x K^2`` logarithms for a
+        step that, at a fixed point, changes nothing."""
         if _kernels.get_backend() == "numba":
             return _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
         n_w, k, n_s = pi.shape[0], pi.shape[1], log_h.size
@@ -357,4 +386,4 @@ class AwareDawidSkene(Estimator):
             new_q[part], log_composed = flip_posterior(counts[part], compose(own, channel), log_h)
             # The truth step's L[w, z, y] = E_q log (R_f pi_w)[z, y].
             log_conf[part] = (new_q[part][:, :, None, None] * log_composed).sum(axis=1)
-        return new_pi, new_q, log_conf
+        return new_pi, new_q, log_conf, bound_terms(new_pi, new_q, log_h, alpha)
