@@ -567,7 +567,6 @@ if numba is not None:
     def _flip_posterior_nb(counts, pi, scale, spread, log_h, log_composed, q):
         # log_composed[s] = log R_s pi (floored), q = the worker's posterior over the flip grid.
         n_s, k = scale.shape[0], pi.shape[0]
-        top = -np.inf
         for s in range(n_s):
             total = log_h[s]
             for z in range(k):
@@ -576,13 +575,18 @@ if numba is not None:
                     log_composed[s, z, y] = c
                     total += counts[z, y] * c
             q[s] = total
-            top = max(top, total)
-        norm = 0.0
-        for s in range(n_s):
-            q[s] = np.exp(q[s] - top)
-            norm += q[s]
-        for s in range(n_s):
-            q[s] /= norm
+        _softmax_nb(q)
+
+    @_jit
+    def _softmax_nb(x):
+        # x <- exp(x - max x) / sum, in place.
+        top = x.max()
+        total = 0.0
+        for i in range(x.shape[0]):
+            x[i] = np.exp(x[i] - top)
+            total += x[i]
+        for i in range(x.shape[0]):
+            x[i] /= total
 
     @_par
     def _aware_ds_workers_nb(counts, pi, q_in, scale, spread, log_h, alpha):
@@ -656,13 +660,7 @@ if numba is not None:
             r = l1 - l0
             v = np.log(max(a2[i], 1e-12)) - l1 - r
             out[i] = l0 - 2.0 * step * r + step * step * v
-        top = out.max()
-        total = 0.0
-        for i in range(n):
-            out[i] = np.exp(out[i] - top)
-            total += out[i]
-        for i in range(n):
-            out[i] /= total
+        _softmax_nb(out)
 
     @_par
     def _aware_ds_jump_nb(
