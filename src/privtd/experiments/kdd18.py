@@ -285,21 +285,36 @@ def weights_before_after(
 ) -> pd.DataFrame:
     """P0 Figure 2: truth-discovery weights of the most active workers on the original answers
     and after two-layer perturbation, with the flip probability each drew (known only to the
-    simulation). A worker who drew a large ``f_u`` should lose weight."""
+    simulation). A worker who drew a large ``f_u`` should lose weight.
+
+    Beyond the paper, the same for AwareDawidSkene: each worker's observed accuracy (the share
+    of its reports that match the truth, the quantity its votes are weighed by) fitted on the
+    original answers (``aware_before``, no mechanism) and on the release told the mechanism
+    (``aware_after``), against ``aware_expected``: the accuracy before composed with the flip
+    the worker drew, ``a (1 - f_u) + (1 - a) f_u``, what the release's accuracy should be.
+    ``aware_flip`` is the fit's posterior mean of the worker's flip. One worker's reports fix
+    only that composition: a worse worker behind a smaller flip explains them as well."""
     answers = datasets.load(dataset).answers
     mech = TwoLayerRR.from_epsilon(epsilon)
     perturbed = mech.perturb(answers, rng=seed)
     before = WeightedVote().fit(answers).weights_
     after = WeightedVote().fit(perturbed).weights_
+    aware_before = AwareDawidSkene().fit(answers).weights_["observed_accuracy"].to_numpy()
+    aware = AwareDawidSkene(mech).fit(perturbed).weights_
     flips = mech.flips_for(answers, rng=seed)
     top = np.argsort(-answers.worker_counts(), kind="stable")[:n_workers]
+    accuracy, f = aware_before[top], flips[top]
     return pd.DataFrame(
         {
             "worker": answers.workers[top].astype(str),
             "n_answers": answers.worker_counts()[top],
-            "f_u": flips[top],
+            "f_u": f,
             "weight_before": before["weight"].to_numpy()[top],
             "weight_after": after["weight"].to_numpy()[top],
+            "aware_before": accuracy,
+            "aware_after": aware["observed_accuracy"].to_numpy()[top],
+            "aware_expected": accuracy * (1 - f) + (1 - accuracy) * f,
+            "aware_flip": aware["flip"].to_numpy()[top],
         }
     )
 
@@ -342,9 +357,11 @@ def product_density(a: np.ndarray, b: float, n: int) -> np.ndarray:
     return out
 
 
-def figures(out: Any, fig2: pd.DataFrame, dist: pd.DataFrame) -> list[Any]:
-    """P0's Figure 2 as bars (each worker's weight before and after perturbation, with the flip
-    probability it drew) and SPEC B0.4's error-change term against the number of workers."""
+def figures(out: Any, table: pd.DataFrame, fig2: pd.DataFrame, dist: pd.DataFrame) -> list[Any]:
+    """Table 3 as one panel per mechanism (the aware models on TD's footing: their error on
+    perturbed answers less TD's clean error), P0's Figure 2 as bars (each worker's weight before and
+    after perturbation, with the flip probability it drew; beside it AwareDawidSkene's observed
+    accuracies) and SPEC B0.4's error-change term against the number of workers."""
     try:
         import matplotlib
 
@@ -354,26 +371,59 @@ def figures(out: Any, fig2: pd.DataFrame, dist: pd.DataFrame) -> list[Any]:
         return []
     from .report import plot_panels
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    # On TD's footing an aware model's change compares with TD's on the release alone; on its
+    # own it would also carry the gap between the two clean errors (docs/reproduction.md).
+    methods = {"mv": "mv", "td": "td", "crh": "crh"}
+    methods |= {"aware_vs_td": "aware-one-coin", "aware_ds_vs_td": "aware-ds"}
+    panels = []
+    for prefix in ("one_layer", "two_layer"):
+        panel = pd.DataFrame({"mechanism": prefix.replace("_", "-"), "epsilon": table["epsilon"]})
+        for col, name in methods.items():
+            panel[name] = table[f"{prefix}_{col}"]
+            panel[f"{name}_se"] = table[f"{prefix}_{col}_se"]
+        panels.append(panel)
+    made = [
+        plot_panels(
+            out,
+            pd.concat(panels),
+            ["mechanism"],
+            "epsilon",
+            list(methods.values()),
+            "error-rate change",
+            "table.png",
+        )
+    ]
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     x = np.arange(len(fig2))
-    ax.bar(x - 0.2, fig2.weight_before, 0.4, label="before")
-    ax.bar(x + 0.2, fig2.weight_after, 0.4, label="after (two-layer)")
-    ax.set_xticks(x, [f"{w[:6]}\nf_u={f:.2f}" for w, f in zip(fig2.worker, fig2.f_u, strict=True)])
-    ax.set_ylabel("truth-discovery weight")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.legend(fontsize=8)
+    names = [f"{w[:6]}\nf_u={f:.2f}" for w, f in zip(fig2.worker, fig2.f_u, strict=True)]
+    axes[0].bar(x - 0.2, fig2.weight_before, 0.4, label="before")
+    axes[0].bar(x + 0.2, fig2.weight_after, 0.4, label="after (two-layer)")
+    axes[0].set_ylabel("truth-discovery weight")
+    axes[0].axhline(0, color="grey", lw=0.8)
+    axes[1].bar(x - 0.27, fig2.aware_before, 0.27, label="before")
+    axes[1].bar(x, fig2.aware_after, 0.27, label="after, told the mechanism")
+    axes[1].bar(x + 0.27, fig2.aware_expected, 0.27, label="before composed with f_u")
+    axes[1].set_ylabel("aware-ds observed accuracy")
+    axes[1].axhline(0.5, color="grey", lw=0.8)
+    axes[1].set_ylim(0.3, 1.0)
+    for ax in axes:
+        ax.set_xticks(x, names)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "figure2.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    made = [path]
-    dist_plot = plot_panels(
-        out,
-        dist,
-        ["b"],
-        "n",
-        ["one_layer", "mean", "median"],
-        "error-change term",
-        "error_change.png",
+    made.append(path)
+    made.append(
+        plot_panels(
+            out,
+            dist,
+            ["b"],
+            "n",
+            ["one_layer", "mean", "median"],
+            "error-change term",
+            "error_change.png",
+        )
     )
-    return made + ([dist_plot] if dist_plot is not None else [])
+    return [path for path in made if path is not None]

@@ -38,32 +38,6 @@ def write(
     return written
 
 
-def plot_lines(
-    out: Path, table: pd.DataFrame, x: str, columns: list[str], ylabel: str, name: str
-) -> Path | None:
-    """Lines of ``columns`` against ``x`` with standard-error bars; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for col in columns:
-        se = table.get(f"{col}_se")
-        ax.errorbar(table[x], table[col], yerr=se, marker="o", ms=3, capsize=2, label=col)
-    ax.set_xlabel(x)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / name
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def plot_panels(
     out: Path,
     table: pd.DataFrame,

@@ -113,8 +113,6 @@ def run(
         if vs_paper is not None:
             written += report.write(out, vs_paper, facts, "Ours against P0 Table 3", "vs_paper")
         cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
-        figure = report.plot_lines(out, table, "epsilon", cols, "error-rate change", "table.png")
-        written += [figure] if figure is not None else []
         fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
         title = "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)"
         written += report.write(out, fig2, facts, title, "figure2")
@@ -122,7 +120,7 @@ def run(
         written += report.write(
             out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
         )
-        written += kdd18.figures(out, fig2, dist)
+        written += kdd18.figures(out, table, fig2, dist)
         shown = table[["epsilon", *cols]]
         found = checks.kdd18(table, vs_paper)
     elif experiment == "bigdata18":
