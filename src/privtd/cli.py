@@ -119,6 +119,26 @@ def _read_truth_csv(path: str) -> pd.Series:
 
 
 # ---------------------------------------------------------------------- commands
+# Options several commands share, spelt once.
+ON_DUPLICATE = click.option(
+    "--on-duplicate",
+    type=click.Choice(["error", "first", "last", "majority", "mean"]),
+    default="error",
+    show_default=True,
+    help="Repeated (task, worker) pairs.",
+)
+ANSWER_KIND = click.option(
+    "--kind",
+    type=click.Choice(["auto", "categorical", "numeric"]),
+    default="auto",
+    show_default=True,
+    help="Answer type; 'auto': floats are numeric, the rest labels.",
+)
+MECHANISM = click.option(
+    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
+)
+
+
 def mechanism_params(example: str = "") -> Callable[[Any], Any]:
     """The mechanism-parameter option, spelt as every command accepts it (``-p``/``--param``
     outside infer, ``--mechanism-param`` everywhere)."""
@@ -179,13 +199,7 @@ def cli() -> None:
     type=click.Path(dir_okay=False),
     help="CSV to write per-task label probabilities (models that have them).",
 )
-@click.option(
-    "--kind",
-    type=click.Choice(["auto", "categorical", "numeric"]),
-    default="auto",
-    show_default=True,
-    help="Answer type; 'auto': floats are numeric, the rest labels.",
-)
+@ANSWER_KIND
 @click.option("--task-col", default="task", show_default=True, help="Column holding task ids.")
 @click.option(
     "--worker-col", default="worker", show_default=True, help="Column holding worker ids."
@@ -196,13 +210,7 @@ def cli() -> None:
     show_default=True,
     help="Column holding answers ('label' is accepted when 'answer' is absent).",
 )
-@click.option(
-    "--on-duplicate",
-    type=click.Choice(["error", "first", "last", "majority", "mean"]),
-    default="error",
-    show_default=True,
-    help="Repeated (task, worker) pairs.",
-)
+@ON_DUPLICATE
 @click.option(
     "--on-missing",
     type=click.Choice(["error", "drop"]),
@@ -427,9 +435,7 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
 
 @cli.command()
 @click.argument("answers", type=click.Path(dir_okay=False))
-@click.option(
-    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
-)
+@MECHANISM
 @click.option(
     "--epsilon",
     "-e",
@@ -450,13 +456,7 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     type=click.Path(dir_okay=False),
     help="JSON to write: mechanism, parameters, guarantee and every worker's total.",
 )
-@click.option(
-    "--on-duplicate",
-    type=click.Choice(["error", "first", "last", "majority", "mean"]),
-    default="error",
-    show_default=True,
-    help="Repeated (task, worker) pairs.",
-)
+@ON_DUPLICATE
 def perturb(
     answers: str,
     mechanism: str,
@@ -522,9 +522,7 @@ def perturb(
 
 
 @cli.command("audit")
-@click.option(
-    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
-)
+@MECHANISM
 @click.option("--epsilon", "-e", type=float, help="Calibrate the mechanism to this epsilon.")
 @mechanism_params()
 @click.option(
@@ -657,13 +655,7 @@ def attack_cmd(
 @click.option(
     "--rounds-output", type=click.Path(dir_okay=False), help="CSV to write per-round costs."
 )
-@click.option(
-    "--kind",
-    type=click.Choice(["auto", "categorical", "numeric"]),
-    default="auto",
-    show_default=True,
-    help="Answer type; 'auto': floats are numeric, the rest labels.",
-)
+@ANSWER_KIND
 @click.option(
     "--value-range",
     nargs=2,
@@ -675,13 +667,7 @@ def attack_cmd(
 @click.option("--tol", type=float, help="Stopping tolerance (default: the plain estimator's).")
 @click.option("--fraction-bits", type=int, default=40, show_default=True)
 @click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier key size.")
-@click.option(
-    "--on-duplicate",
-    type=click.Choice(["error", "first", "last", "majority", "mean"]),
-    default="error",
-    show_default=True,
-    help="Repeated (task, worker) pairs.",
-)
+@ON_DUPLICATE
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary, not every round.")
 def secure_em_cmd(
     answers: str,
@@ -861,9 +847,7 @@ def reproduce(
 
 
 @cli.command("epsilon")
-@click.option(
-    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
-)
+@MECHANISM
 @click.option(
     "--epsilon", "-e", type=float, help="Print the parameters that achieve this per-answer epsilon."
 )
