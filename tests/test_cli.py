@@ -130,6 +130,14 @@ def test_params_and_gold(dog, tmp_path, capsys):
             ],
             "gives no probabilities",
         ),
+        (
+            ["infer", "{dog}", "--mechanism", "one-layer", "-o", "x.csv"],
+            "'one-layer': it needs f or an epsilon",
+        ),
+        (
+            ["perturb", "{words}", "-M", "laplace", "-e", "1", "-o", "x.csv"],
+            "The laplace mechanism perturbs numbers; for labels use one of one-layer,",
+        ),
         (["evaluate", "{dog}", "--truth", "{dog}"], "lacks column(s) ['truth']"),
         (["datasets", "export", "nope"], "Unknown dataset"),
     ],
@@ -138,7 +146,11 @@ def test_errors_are_one_line(args, message, dog, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     dup = tmp_path / "dup.csv"
     pd.DataFrame({"task": [1, 1], "worker": ["a", "a"], "answer": [0, 1]}).to_csv(dup, index=False)
-    args = [a.format(dog=dog / "answers.csv", dup=dup) for a in args]
+    words = tmp_path / "words.csv"
+    pd.DataFrame({"task": [1, 2], "worker": ["a", "a"], "answer": ["x", "y"]}).to_csv(
+        words, index=False
+    )
+    args = [a.format(dog=dog / "answers.csv", dup=dup, words=words) for a in args]
     code, out, err = run(args, capsys)
     assert code == 2
     lines = err.strip().splitlines()

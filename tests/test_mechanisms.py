@@ -76,7 +76,13 @@ def test_two_layer_infeasible_is_an_error_with_the_fix():
         (lambda: OneLayerRR(0.2, 1), "'n_labels' parameter of OneLayerRR must be an int >= 2"),
         (lambda: BinaryRR.from_epsilon(1.0, n_labels=3), "BinaryRR is for 2 labels"),
         (lambda: make_mechanism("laplace-x", 1.0), "Unknown mechanism 'laplace-x'"),
-        (lambda: make_mechanism("one-layer", 1.0, bogus=2), "Bad parameter for mechanism"),
+        (
+            lambda: make_mechanism("one-layer", 1.0, bogus=2),
+            "Bad parameter for mechanism 'one-layer': it takes no parameter 'bogus' "
+            r"\(its parameters: n_labels;",
+        ),
+        (lambda: make_mechanism("one-layer"), "it needs f or an epsilon"),
+        (lambda: make_mechanism("two-layer", a=0.1), "it needs b or an epsilon"),
     ],
 )
 def test_bad_parameters(build, message):

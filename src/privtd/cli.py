@@ -472,7 +472,17 @@ def perturb(
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     kind = MECHANISMS[mechanism].kind
-    data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
+    try:
+        data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
+    except ValidationError as exc:
+        # The reader's advice (read them as labels) does not apply: the mechanism fixes the kind.
+        if kind != "numeric" or "Numeric answers expected" not in str(exc):
+            raise
+        labels = ", ".join(name for name, cls in MECHANISMS.items() if cls.kind == "categorical")
+        found = str(exc).split(". Fix them")[0]
+        raise ValidationError(
+            f"{found}. The {mechanism} mechanism perturbs numbers; for labels use one of {labels}."
+        ) from None
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
     params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)

@@ -8,6 +8,7 @@ simulation; with the same integer seed both give the same output.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..errors import ValidationError
@@ -59,10 +60,9 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
         raise ValidationError(
             f"Unknown mechanism {name!r}. Choose one of {', '.join(MECHANISMS)}."
         ) from None
+    build = cls if epsilon is None else cls.from_epsilon
     try:
-        if epsilon is not None:
-            return cls.from_epsilon(epsilon, **params)
-        return cls(**params)
+        return build(**params) if epsilon is None else build(epsilon, **params)
     except TypeError as exc:
         if "'low'" in str(exc) or "'high'" in str(exc):
             raise ValidationError(
@@ -70,4 +70,19 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
                 "rests on: pass low=... and high=... "
                 "(CLI: --mechanism-param low=0 --mechanism-param high=4)."
             ) from None
-        raise ValidationError(f"Bad parameter for mechanism {name!r}: {exc}.") from None
+        # Say which parameters the constructor takes, not Python's account of the call.
+        sig = inspect.signature(build).parameters.values()
+        named = [p for p in sig if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+        required = [p.name for p in named if p.default is p.empty and p.name != "epsilon"]
+        accepted = ", ".join(p.name for p in named if p.name != "epsilon") or "none"
+        unknown = sorted(set(params) - {p.name for p in named})
+        if unknown:
+            what = f"takes no parameter {', '.join(map(repr, unknown))}"
+        elif missing := [r for r in required if r not in params]:
+            what = f"needs {', '.join(missing)}" + (" or an epsilon" if epsilon is None else "")
+        else:
+            what = str(exc)
+        raise ValidationError(
+            f"Bad parameter for mechanism {name!r}: it {what} (its parameters: {accepted}; "
+            "CLI: --epsilon E, --mechanism-param KEY=VALUE)."
+        ) from None
