@@ -9,6 +9,7 @@ simulation; with the same integer seed both give the same output.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ValidationError
@@ -60,7 +61,7 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
         raise ValidationError(
             f"Unknown mechanism {name!r}. Choose one of {', '.join(MECHANISMS)}."
         ) from None
-    build = cls if epsilon is None else cls.from_epsilon
+    build: Callable[..., Mechanism] = cls if epsilon is None else cls.from_epsilon
     try:
         return build(**params) if epsilon is None else build(epsilon, **params)
     except TypeError as exc:
