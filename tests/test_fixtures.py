@@ -30,6 +30,7 @@ from privtd.inference import (
     Raykar,
     WeightedAverage,
     WeightedVote,
+    _kernels,
 )
 
 WORKERS = ["A", "B", "C", "D", "E"]
@@ -139,31 +140,51 @@ def test_catd_categorical(binary):
     )
 
 
+def ds_m_step(answers: Answers, mu: np.ndarray) -> np.ndarray:
+    """Dawid-Skene's confusions ``[worker, answer, truth]`` from posteriors ``mu``, by hand: each
+    answer adds its task's posterior to its (worker, answer) row; columns normalised."""
+    counts = np.zeros((answers.n_workers, 2, 2))
+    for t, w, x in zip(answers.task, answers.worker, answers.value, strict=True):
+        counts[w, x] += mu[t]
+    return counts / counts.sum(axis=1, keepdims=True)
+
+
 def test_dawid_skene_m_step(binary):
     # From the soft majority: worker A answered 1 on t1, t3, t5 (truth-1 mass .6+.8+.6 = 2.0,
     # truth-0 mass 1.0) and 0 on t2, t4 (truth-1 mass .6, truth-0 mass 1.4).
     mu = np.column_stack([1 - np.array([0.6, 0.4, 0.8, 0.2, 0.6]), [0.6, 0.4, 0.8, 0.2, 0.6]])
-    wx = binary.worker.astype(np.int64) * 2 + binary.value
-    conf = DawidSkene()._m_step(wx, binary.task, mu, 5, 2).reshape(5, 2, 2)
+    conf = ds_m_step(binary, mu)
     np.testing.assert_allclose(conf[0], [[1.4 / 2.4, 0.6 / 2.6], [1.0 / 2.4, 2.0 / 2.6]])
 
 
 def test_dawid_skene_e_step(binary):
     # Every worker with pi[answer, truth] = [[.8, .3], [.2, .7]] and prior (.48, .52).
     # t1 has three 1s and two 0s.
+    # The fit's fused kernel: posteriors, then the next M-step's counts from them.
     conf = np.tile(np.array([[0.8, 0.3], [0.2, 0.7]]), (5, 1))
     wx = binary.worker.astype(np.int64) * 2 + binary.value
-    log_rho = DawidSkene._log_likelihoods(wx, binary.task, conf, np.array([0.48, 0.52]), 5, 2)
-    assert log_rho[0, 0] == pytest.approx(math.log(0.48) + 3 * math.log(0.2) + 2 * math.log(0.8))
-    assert log_rho[0, 1] == pytest.approx(math.log(0.52) + 3 * math.log(0.7) + 2 * math.log(0.3))
+    layout = _kernels.TaskLayout(binary.task, binary.worker, binary.value, 5)
+    mu, counts, prior_sum, loglik = _kernels.ds_step(
+        layout, wx, np.log(conf), np.log([0.48, 0.52]), np.full(5, -1)
+    )
+    log_rho_0 = math.log(0.48) + 3 * math.log(0.2) + 2 * math.log(0.8)
+    log_rho_1 = math.log(0.52) + 3 * math.log(0.7) + 2 * math.log(0.3)
+    assert mu[0, 1] == pytest.approx(1 / (1 + math.exp(log_rho_0 - log_rho_1)))
+    log_rho = np.tile(np.log([0.48, 0.52]), (5, 1))
+    for t, w, x in zip(binary.task, binary.worker, binary.value, strict=True):
+        log_rho[t] += np.log(conf[w * 2 + x])
+    assert log_rho[0] == pytest.approx([log_rho_0, log_rho_1])
+    assert loglik == pytest.approx(np.logaddexp(log_rho[:, 0], log_rho[:, 1]).sum())
+    np.testing.assert_allclose(prior_sum, mu.sum(axis=0))
+    np.testing.assert_allclose(
+        DawidSkene()._normalise(counts, 5, 2).reshape(5, 2, 2), ds_m_step(binary, mu)
+    )
 
 
 def test_dawid_skene_fixed_point(binary):
     ds = DawidSkene(tol=1e-12, max_iter=1000).fit(binary)
     mu = ds.probas_.to_numpy()
-    wx = binary.worker.astype(np.int64) * 2 + binary.value
-    again = DawidSkene()._m_step(wx, binary.task, mu, 5, 2).reshape(5, 2, 2)
-    np.testing.assert_allclose(again, ds.confusions_, atol=1e-6)
+    np.testing.assert_allclose(ds_m_step(binary, mu), ds.confusions_, atol=1e-6)
     np.testing.assert_allclose(ds.priors_, mu.mean(axis=0), atol=1e-12)
     assert np.all(np.diff(ds.objective_) >= -1e-12)  # EM never lowers the likelihood
 

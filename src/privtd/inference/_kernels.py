@@ -864,7 +864,6 @@ if numba is not None:
         "worker_votes": _worker_votes_nb,
         "pick_sum": _pick_sum_nb,
         "worker_sum": _worker_sum_nb,
-        "softmax_loglik": _softmax_loglik_nb,
         "grid_posterior": _grid_posterior_nb,
         "aware_null_tasks": _aware_null_tasks_nb,
         "aware_ds_workers": _aware_ds_workers_nb,
@@ -885,7 +884,6 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "worker_votes": _worker_votes_np,
     "pick_sum": _pick_sum_np,
     "worker_sum": _worker_sum_np,
-    "softmax_loglik": _softmax_loglik_np,
     "grid_posterior": _grid_posterior_np,
 }
 _backend = "numpy"
@@ -1211,11 +1209,6 @@ def aware_null_tasks(
         int(max_iter),
         16,
     )
-
-
-def softmax_loglik(log_rho: np.ndarray) -> float:
-    """Row softmax in place; returns ``sum_rows logsumexp(row)`` (the log-likelihood)."""
-    return float(_kernel("softmax_loglik")(log_rho))
 
 
 # numba when installed, unless PRIVTD_BACKEND says otherwise.

@@ -119,17 +119,3 @@ class DawidSkene(Estimator):
         cube = counts.reshape(n_w, k, k)
         cube /= cube.sum(axis=1, keepdims=True)
         return counts
-
-    def _m_step(
-        self, wx: np.ndarray, t: np.ndarray, mu: np.ndarray, n_w: int, k: int
-    ) -> np.ndarray:
-        """Confusion rows ``(n_workers * K, K)``: row ``w * K + answer``, column ``truth``."""
-        return self._normalise(_kernels.gather_scatter(wx, t, mu, n_w * k), n_w, k)
-
-    @staticmethod
-    def _log_likelihoods(
-        wx: np.ndarray, t: np.ndarray, confusion: np.ndarray, prior: np.ndarray, n_t: int, k: int
-    ) -> np.ndarray:
-        log_rho = _kernels.gather_scatter(t, wx, np.log(confusion), n_t)
-        log_rho += np.log(np.maximum(prior, EPS))
-        return log_rho

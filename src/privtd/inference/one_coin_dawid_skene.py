@@ -38,7 +38,7 @@ class OneCoinDawidSkene(Estimator):
         gold_labels = gold_array(gold, n_t)
         mu = soft_majority(answers, gold, self._warm)
         prior = mu.mean(axis=0)
-        skill = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w) / counts
+        skill = self._m_step(mu, answers.task, answers.worker, answers.value, counts, n_w)
         objective: list[float] = []
         converged = False
         n_iter = 0
@@ -78,4 +78,6 @@ class OneCoinDawidSkene(Estimator):
     def _m_step(
         mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, counts: np.ndarray, n_w: int
     ) -> np.ndarray:
+        """Each worker's accuracy: the mean posterior of the labels it gave (the start; later
+        iterations get the same sums from the fused kernel)."""
         return _kernels.pick_sum(t, x, w, mu, n_w) / counts
