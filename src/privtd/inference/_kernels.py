@@ -357,25 +357,6 @@ if numba is not None:
         return post_var, objective[:n_iter], n_iter, converged
 
     @_jit
-    def _softmax_loglik_nb(log_rho):
-        n, k = log_rho.shape
-        loglik = 0.0
-        for r in range(n):
-            top = log_rho[r, 0]
-            for c in range(1, k):
-                if log_rho[r, c] > top:
-                    top = log_rho[r, c]
-            total = 0.0
-            for c in range(k):
-                e = np.exp(log_rho[r, c] - top)
-                log_rho[r, c] = e
-                total += e
-            for c in range(k):
-                log_rho[r, c] /= total
-            loglik += np.log(total) + top
-        return loglik
-
-    @_jit
     def _finish_row_nb(row, k, gold_label):
         """Softmax ``row`` in place (one-hot when gold); returns (max, normaliser).
 
