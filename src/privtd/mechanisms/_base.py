@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -91,8 +91,6 @@ class Mechanism(ABC):
     unit: ClassVar[Unit] = "answer"
     #: The answers it perturbs.
     kind: ClassVar[Literal["categorical", "numeric"]] = "categorical"
-    #: How many uniform streams one perturbation uses (per cell, plus per-worker ones).
-    n_streams: ClassVar[int] = 2
 
     @property
     @abstractmethod
@@ -117,9 +115,6 @@ class Mechanism(ABC):
 
     def params(self) -> dict[str, Any]:
         return dict(vars(self))
-
-    def with_params(self, **changes: Any) -> Mechanism:
-        return replace(self, **changes)  # type: ignore[type-var]
 
     def cells_per_worker(self, answers: Answers) -> np.ndarray:
         """How many perturbed units each worker releases (its answers, by default)."""

@@ -165,7 +165,6 @@ class TwoLayerRR(CellMechanism):
     n_labels: int = 2
     name: ClassVar[str] = "two-layer"
     unit: ClassVar[Unit] = "answer"
-    n_streams: ClassVar[int] = 3
 
     def __post_init__(self) -> None:
         _check_labels("TwoLayerRR", self.n_labels)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from scipy.special import expit, logsumexp, softmax
@@ -244,7 +244,6 @@ class AggregateModel(ABC):
     state: np.ndarray = field(init=False)
     objective: list[float] = field(default_factory=list)
     n_answers: int = 0
-    max_abs_sum: ClassVar[float] = np.inf
 
     def start(self, sums: np.ndarray, n_parties: int) -> np.ndarray:
         """The first broadcast state, from the start sums (votes, or answers and counts)."""
