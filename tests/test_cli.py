@@ -257,6 +257,11 @@ def test_perturb_then_infer(tmp_path, capsys):
     code, _, err = run(["infer", str(out), "-M", "two-layer", "-e", "1", "-o", str(aware)], capsys)
     assert code == 0 and err.startswith("aware-ds:"), err  # two labels: the two-coin model
     assert len(pd.read_csv(aware)) == original.task.nunique()
+    # A plain method asked for by name runs, and says the mechanism goes unused.
+    plain = ["infer", str(out), "-M", "two-layer", "-e", "1", "-m", "mv", "-o", str(aware)]
+    code, _, err = run(plain, capsys)
+    assert code == 0 and "mv does not model the two-layer mechanism" in err
+    assert "default (aware-ds)" in err and "\nmv:" in err
     laplace = ["-M", "laplace", "-e", "1", "--mechanism-param", "low=0"]
     laplace += ["--mechanism-param", "high=1"]
     code, _, err = run(["infer", str(out), *laplace, "-o", str(aware)], capsys)

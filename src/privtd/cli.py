@@ -299,6 +299,13 @@ def infer(
                 )
         if method in AWARE_METHODS:
             params["mechanism"] = mech
+        else:
+            # The user asked for a plain estimator: run it, but say the channel goes unused.
+            click.echo(
+                f"privtd: note: {method} does not model the {mechanism} mechanism; leave out "
+                f"--method for the perturbation-aware default ({aware_method(mech) or 'none'}).",
+                err=True,
+            )
     elif epsilon is not None or mechanism_param:
         raise ValidationError("--epsilon and --mechanism-param need --mechanism.")
     if method is None:
