@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from .errors import SchemaError, ValidationError
+from .errors import NotNumericError, SchemaError, ValidationError
 
 __all__ = ["Answers", "as_answers"]
 
@@ -481,9 +481,9 @@ def _code_numeric(
         value = pd.to_numeric(col, errors="raise").to_numpy(dtype=np.float64)
     except (ValueError, TypeError) as exc:
         bad = col[pd.to_numeric(col, errors="coerce").isna()].iloc[:3].tolist()
-        raise ValidationError(
-            f"Numeric answers expected in column {name!r}, found non-numbers such as {bad}. "
-            "Fix them, or pass kind='categorical'."
+        raise NotNumericError(
+            f"Numeric answers expected in column {name!r}, found non-numbers such as {bad}",
+            "Fix them, or pass kind='categorical'.",
         ) from exc
     if not np.isfinite(value).all():
         row = int(np.flatnonzero(~np.isfinite(value))[0])

@@ -23,7 +23,7 @@ import pandas as pd
 from . import datasets as datasets_mod
 from ._files import atomic_write_text
 from .answers import Answers
-from .errors import PrivtdError, ValidationError
+from .errors import NotNumericError, PrivtdError, ValidationError
 from .evaluation import evaluate
 from .inference import AWARE_METHODS, METHODS, RELEASE_METHODS, aware_method, make_estimator
 from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, task_profiles, worker_totals
@@ -481,14 +481,12 @@ def perturb(
     kind = MECHANISMS[mechanism].kind
     try:
         data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
-    except ValidationError as exc:
+    except NotNumericError as exc:
         # The reader's advice (read them as labels) does not apply: the mechanism fixes the kind.
-        if kind != "numeric" or "Numeric answers expected" not in str(exc):
-            raise
         labels = ", ".join(name for name, cls in MECHANISMS.items() if cls.kind == "categorical")
-        found = str(exc).split(". Fix them")[0]
         raise ValidationError(
-            f"{found}. The {mechanism} mechanism perturbs numbers; for labels use one of {labels}."
+            f"{exc.found}. The {mechanism} mechanism perturbs numbers; for labels use one of "
+            f"{labels}."
         ) from None
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)

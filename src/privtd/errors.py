@@ -9,6 +9,7 @@ __all__ = [
     "PrivtdError",
     "SchemaError",
     "ValidationError",
+    "NotNumericError",
     "NotFittedError",
     "BudgetExceededError",
     "ConvergenceWarning",
@@ -33,6 +34,18 @@ class SchemaError(PrivtdError, KeyError):
 
 class ValidationError(PrivtdError, ValueError):
     """A value, a parameter or the shape of the data is not acceptable."""
+
+
+class NotNumericError(ValidationError):
+    """Numeric answers were expected and some are not numbers. ``found`` says which, without
+    the advice, for callers whose fix is another (``perturb``: the mechanism fixes the kind)."""
+
+    def __init__(self, found: str, advice: str) -> None:
+        super().__init__(f"{found}. {advice}")
+        self.found, self.advice = found, advice
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # pickles across processes
+        return type(self), (self.found, self.advice)
 
 
 class NotFittedError(PrivtdError, AttributeError):

@@ -62,8 +62,9 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
             f"Unknown mechanism {name!r}. Choose one of {', '.join(MECHANISMS)}."
         ) from None
     build: Callable[..., Mechanism] = cls if epsilon is None else cls.from_epsilon
+    given = () if epsilon is None else (epsilon,)
     try:
-        return build(**params) if epsilon is None else build(epsilon, **params)
+        return build(*given, **params)
     except TypeError as exc:
         if "'low'" in str(exc) or "'high'" in str(exc):
             raise ValidationError(
