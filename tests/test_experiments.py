@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from privtd import ValidationError, datasets
@@ -18,9 +19,50 @@ def test_table_shape_and_determinism():
     b, _ = kdd18.run("duchenne", trials=3, seed=1, epsilons=(1.0, 0.0), jobs=2)
     assert a.equals(b)  # the job count never changes the table
     for mech in ("one_layer", "two_layer"):
-        for m in ("mv", "td", "crh", "aware", "aware_vs_td"):
+        for m in ("mv", "td", "crh", "aware", "aware_vs_td", "aware_ds_minus_td"):
             assert {f"{mech}_{m}", f"{mech}_{m}_se"} <= set(a.columns)
+        # The paired difference is the aware error less TD's on the same release, so its mean
+        # is the two changes' difference on TD's footing.
+        for model in ("aware", "aware_ds"):
+            np.testing.assert_allclose(
+                a[f"{mech}_{model}_minus_td"],
+                a[f"{mech}_{model}_vs_td"] - a[f"{mech}_td"],
+                atol=1e-12,
+            )
     assert facts["clean_error"]["mv"] == pytest.approx(1 - 0.7610, abs=1e-3)  # paper: 0.76
+
+
+def test_check_against_td_names_the_epsilons_beyond_noise():
+    from privtd.experiments import checks
+
+    table = pd.DataFrame(
+        {
+            "epsilon": [1.0, 0.5, 0.1],
+            "one_layer_td": [0.10, 0.20, 0.30],
+            "two_layer_td": [0.10, 0.20, 0.30],
+            "one_layer_aware_ds_vs_td": [0.05, 0.25, 0.31],
+            "two_layer_aware_ds_vs_td": [0.05, 0.15, 0.25],
+            # one-layer: above TD at 0.5 by 2.5 paired standard errors, at 0.1 by 0.5.
+            "one_layer_aware_ds_minus_td": [-0.05, 0.05, 0.01],
+            "one_layer_aware_ds_minus_td_se": [0.01, 0.02, 0.02],
+            "two_layer_aware_ds_minus_td": [-0.05, -0.05, -0.05],
+            "two_layer_aware_ds_minus_td_se": [0.01, 0.01, 0.01],
+            "one_layer_mv": [0.2, 0.3, 0.4],
+            "two_layer_mv": [0.2, 0.3, 0.4],
+        }
+    )
+    found = {c["claim"]: c for c in checks.kdd18(table, None)}
+    one = found[
+        "privtd, beyond the paper: under one-layer RR the perturbation-aware Dawid-Skene "
+        "model's error change is at or below TD's"
+    ]
+    assert one["ours"] == "1 of 3 epsilons; above by more than two paired standard errors at 0.5"
+    assert one["verdict"] == "differs"
+    two = found[
+        "privtd, beyond the paper: under two-layer RR the perturbation-aware Dawid-Skene "
+        "model's error change is at or below TD's"
+    ]
+    assert (two["ours"], two["verdict"]) == ("3 of 3 epsilons", "reproduced")
 
 
 def test_paper_orderings_on_duchenne():

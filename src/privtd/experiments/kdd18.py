@@ -6,7 +6,9 @@ beside it, and privtd's perturbation-aware models told the mechanism: one-coin (
 Dawid-Skene (``aware_ds``). The error-rate change of a method is its error on perturbed answers
 minus its own error on the original answers, on the tasks with an expert truth, averaged over
 trials; ``aware_vs_td`` and ``aware_ds_vs_td`` are an aware model's error on perturbed answers
-minus TD's on the original ones, which compares it with TD on the perturbed answers alone.
+minus TD's on the original ones, which compares it with TD on the perturbed answers alone, and
+``aware_minus_td`` and ``aware_ds_minus_td`` its error minus TD's on the same release, whose
+standard error is the paired one: it says whether the two differ beyond the trials' noise.
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ def _cell(
         "aware": lambda: AwareOneCoin(mech),
         "aware_ds": lambda: AwareDawidSkene(mech),
     }
+    errors_of: dict[str, np.ndarray] = {}
     for name, make in makers.items():
         with warnings.catch_warnings():
             # Near epsilon 0 two-layer reports barely fix the labels' orientation and EM can
@@ -144,9 +147,11 @@ def _cell(
                     for k in range(trials)
                 ]
             )
+        errors_of[name] = errors
         changes[name] = errors - clean[name]
         if name.startswith("aware"):
             changes[f"{name}_vs_td"] = errors - clean["td"]
+            changes[f"{name}_minus_td"] = errors - errors_of["td"]
     return changes
 
 
