@@ -13,6 +13,8 @@ import pytest
 import privtd
 from privtd.errors import ValidationError
 from privtd.inference import (
+    AWARE_METHOD,
+    NO_AWARE_METHOD,
     AwareDawidSkene,
     DawidSkene,
     MajorityVote,
@@ -29,7 +31,7 @@ from privtd.inference.aware_dawid_skene import (
     report_channel,
 )
 from privtd.inference.perturbation_aware import flip_law
-from privtd.mechanisms import ExpGaussian, OneLayerRR, TwoLayerRR
+from privtd.mechanisms import MECHANISMS, ExpGaussian, OneLayerRR, TwoLayerRR
 
 
 def rr_matrix(f: float, k: int) -> np.ndarray:
@@ -296,6 +298,12 @@ def test_the_default_for_randomized_response_depends_on_the_label_count() -> Non
     assert aware_method(TwoLayerRR.from_epsilon(1.0)) == "aware-ds"
     assert aware_method(OneLayerRR.from_epsilon(1.0, 5)) == "aware-one-coin"
     assert aware_method(ExpGaussian(1.0, 0.0, 1.0)) == "aware-gaussian"
+
+
+def test_every_mechanism_has_an_aware_method_or_a_reason_for_none() -> None:
+    # What infer --mechanism picks, or the reason its error gives for asking for --method.
+    for name in MECHANISMS:
+        assert (name in AWARE_METHOD) != (name in NO_AWARE_METHOD), name
 
 
 def test_bad_mechanism_or_parameters_give_one_line() -> None:

@@ -265,7 +265,8 @@ def test_perturb_then_infer(tmp_path, capsys):
     laplace = ["-M", "laplace", "-e", "1", "--mechanism-param", "low=0"]
     laplace += ["--mechanism-param", "high=1"]
     code, _, err = run(["infer", str(out), *laplace, "-o", str(aware)], capsys)
-    assert code == 2 and "No perturbation-aware estimator" in err
+    assert code == 2 and "No perturbation-aware estimator for the laplace mechanism" in err
+    assert "NULL's report has the law of an answer" in err and "--method" in err
     code, _, err = run(["infer", str(out), "-e", "1", "-o", str(aware)], capsys)
     assert code == 2 and "need --mechanism" in err
     code, _, err = run(["infer", str(out), "-o", str(aware)], capsys)

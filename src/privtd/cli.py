@@ -25,7 +25,14 @@ from ._files import atomic_write_text
 from .answers import Answers
 from .errors import NotNumericError, PrivtdError, ValidationError
 from .evaluation import evaluate
-from .inference import AWARE_METHODS, METHODS, RELEASE_METHODS, aware_method, make_estimator
+from .inference import (
+    AWARE_METHODS,
+    METHODS,
+    NO_AWARE_METHOD,
+    RELEASE_METHODS,
+    aware_method,
+    make_estimator,
+)
 from .mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, task_profiles, worker_totals
 
 EXIT_ERROR = 2
@@ -293,9 +300,10 @@ def infer(
         if method is None:
             method = aware_method(mech)
             if method is None:
+                why = NO_AWARE_METHOD.get(mechanism, "none is implemented")
                 raise ValidationError(
-                    f"No perturbation-aware estimator for the {mechanism} mechanism yet; "
-                    "pass --method to pick one."
+                    f"No perturbation-aware estimator for the {mechanism} mechanism: {why}. "
+                    "Pass --method to pick one (P3's aggregator: sigma)."
                 )
         if method in AWARE_METHODS:
             params["mechanism"] = mech

@@ -50,6 +50,7 @@ __all__ = [
     "RELEASE_METHODS",
     "AWARE_METHOD",
     "AWARE_METHODS",
+    "NO_AWARE_METHOD",
     "aware_method",
     "make_estimator",
 ]
@@ -87,6 +88,17 @@ AWARE_METHOD: dict[str, str] = {
     "exp-gaussian": "aware-gaussian",
     "krr-null": "aware-null",
     "two-layer-null": "aware-null",
+}
+
+#: Why the mechanisms without a perturbation-aware estimator have none (docs/reproduction.md,
+#: bigdata18), for the error that asks for --method instead.
+NO_AWARE_METHOD: dict[str, str] = {
+    "laplace": (
+        "it fills a NULL cell with a uniformly drawn score before adding the noise, so a NULL's "
+        "report has the law of an answer and no estimator can take the fills out"
+    ),
+    "mf": "it perturbs each worker's factor profile, not each answer, so there is no per-answer "
+    "channel to model",
 }
 
 #: The estimators that take the mechanism as their first parameter.
