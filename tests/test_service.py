@@ -229,6 +229,10 @@ def test_bad_requests_are_refused_and_store_nothing(api):
     assert bad.status_code == 422 and "record-local" in bad.json()["detail"]
     bad = api.post("/campaigns", json=campaign_body(labels=None), headers=AUTH)
     assert bad.status_code == 422 and "labels" in bad.json()["detail"]
+    laplace = campaign_body(mechanism="laplace", labels=None, params={"low": 0, "high": 4})
+    bad = api.post("/campaigns", json=laplace, headers=AUTH)
+    assert bad.status_code == 422 and "no perturbation-aware default" in bad.json()["detail"]
+    assert "NULL's report has the law of an answer" in bad.json()["detail"]
 
 
 def wait(api, cid, run_id, timeout=60.0):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ValidationError
-from ..inference import METHODS, RELEASE_METHODS, aware_method
+from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
 from ..mechanisms.null_aware import KRRNull, NullAwareMechanism, TwoLayerNull
@@ -69,7 +69,10 @@ def pick_method(mech: Mechanism, method: str | None) -> str:
     if method is None:
         method = aware_method(mech)
         if method is None:
-            raise ValidationError(f"Pass 'method': {mech.name} has no perturbation-aware default.")
+            raise ValidationError(
+                f"Pass 'method': {mech.name} has no perturbation-aware default "
+                f"({NO_AWARE_METHOD.get(mech.name, 'none is implemented')})."
+            )
     if method not in METHODS and method not in RELEASE_METHODS:
         raise ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
