@@ -6,6 +6,7 @@
     python benchmarks/bench_aware.py sparse     # P3's designs with NULL: synthetic and real
     python benchmarks/bench_aware.py sparse --estimate map
     python benchmarks/bench_aware.py null-starts  # AwareNull's two starts, picked by the bound
+    python benchmarks/bench_aware.py null-trials --trials 30  # sparsity 0.9, epsilon 0.1, each
     python benchmarks/bench_aware.py p0-oracle  # P0's Duchenne: what one-layer RR leaves an oracle
     python benchmarks/bench_aware.py p0-profile --trials 10  # the class prior in its reports
     python benchmarks/bench_aware.py duchenne   # P0's Duchenne: aware-ds against Dawid-Skene, time
@@ -311,6 +312,26 @@ def null_starts(args: argparse.Namespace) -> None:
                 )
 
 
+def null_trials(args: argparse.Namespace) -> None:
+    """P3's synthetic design at sparsity 0.9, epsilon 0.1, trial by trial (``--trials`` crowds
+    from ``--seed``): the MAE change of P3's aggregator and of AwareNull on each release, as
+    ``privtd reproduce bigdata18`` computes it, to show how the trials spread."""
+    keys = ("lp", "rr", "aware_rr", "mf", "two_layer", "aware_two_layer")
+    print("trial | " + "  ".join(f"{k:>15s}" for k in keys))
+    rows = []
+    for i, s in enumerate(np.random.SeedSequence(args.seed).spawn(args.trials)):
+        rng = np.random.default_rng(s)
+        answers, mu = bigdata18.synthetic(2000, 200, 0.9, rng)
+        change = bigdata18._changes(answers, np.arange(200), mu, 0.1, 0, 9, 10, rng)
+        rows.append([change[k] for k in keys])
+        print(f"{i:5d} | " + "  ".join(f"{change[k]:15.2f}" for k in keys), flush=True)
+    r = np.array(rows)
+    se = r.std(axis=0, ddof=1) / np.sqrt(len(r))
+    cells = (f"{m:8.2f} ± {e:4.2f}" for m, e in zip(r.mean(axis=0), se, strict=True))
+    print("mean  | " + "  ".join(cells))
+    print("above 3: " + ", ".join(f"{k} {int((r[:, j] > 3).sum())}" for j, k in enumerate(keys)))
+
+
 def p0_oracle(args: argparse.Namespace) -> None:
     data = privtd.datasets.load("duchenne")
     answers = data.answers
@@ -509,6 +530,7 @@ def main() -> None:
         "numeric": numeric,
         "sparse": sparse,
         "null-starts": null_starts,
+        "null-trials": null_trials,
         "p0-oracle": p0_oracle,
         "p0-profile": p0_profile,
         "duchenne": duchenne,
@@ -528,7 +550,7 @@ def main() -> None:
         "--trials",
         type=int,
         default=100,
-        help="grr-trials: crowds per setting; p0-oracle, p0-profile: draws; duchenne-ratios: seeds",
+        help="crowds (grr-trials, null-trials), draws (p0-*), seeds (duchenne-ratios)",
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore", privtd.ConvergenceWarning)
