@@ -452,6 +452,17 @@ def test_infer_told_krr_null_deconvolves(tmp_path, capsys):
     assert code == 0 and err.startswith("aware-null:"), err
     truths = pd.read_csv(tmp_path / "t.csv")
     assert len(truths) == 2665 and truths["truth"].between(1, 5).all()
+    assert "treat them as uncertain" not in err  # at epsilon 3 Web's median is fixed to 0.2
+    # At epsilon 0.1 the release leaves the pooled answers' median open over most of 1..5
+    # (tests/test_aware_null.py), and infer says so.
+    low = ["-M", "krr-null", "-e", "0.1", "--mechanism-param", "low=1"]
+    low += ["--mechanism-param", "high=5"]
+    faint = tmp_path / "faint.csv"
+    answers = str(tmp_path / "w" / "answers.csv")
+    code, _, err = run(["perturb", answers, *low, "--seed", "2", "-o", str(faint)], capsys)
+    assert code == 0, err
+    code, _, err = run(["infer", str(faint), *low, "-o", str(tmp_path / "t.csv")], capsys)
+    assert code == 0 and "fixes the pooled answers' median only to" in err, err
     # Without the range, the one-line error names the flag that every command accepts.
     code, _, err = run(["infer", str(out), "-M", "krr-null", "-e", "3", "-o", "x.csv"], capsys)
     assert code == 2

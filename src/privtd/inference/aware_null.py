@@ -121,6 +121,29 @@ def grouped_median(weights: np.ndarray, low: float) -> np.ndarray:
     return low + k - 0.5 + np.clip(inside, 0.0, 1.0)
 
 
+def pooled_median_interval(
+    total: np.ndarray, channel: np.ndarray, low: float, draws: int = 200, level: float = 0.9
+) -> tuple[float, float]:
+    """A parametric-bootstrap interval of the pooled answers' median score: ``draws`` report
+    totals drawn from the multinomial that the pooled fit of ``total`` predicts, each fitted
+    again (seeded, so the same release gives the same interval). Where the learned prior is
+    strong the tasks' truths sit near this median, so a wide interval says the release does not
+    fix them. The cells are taken as independent, which under two-layer RR (one budget per
+    worker) they are not quite."""
+    g = channel.shape[0] - 1
+    pooled = pooled_distribution(total, channel)
+    predicted = channel @ pooled
+    rng = np.random.default_rng(0)
+    drawn = rng.multinomial(int(round(total.sum())), predicted / predicted.sum(), size=draws)
+    fits = np.array([pooled_distribution(t.astype(float), channel) for t in drawn])
+    answered = fits[:, :g].sum(axis=1) > 0
+    if not answered.any():
+        return float("nan"), float("nan")
+    medians = grouped_median(fits[answered, :g], low)
+    lo, hi = np.quantile(medians, [(1.0 - level) / 2, (1.0 + level) / 2])
+    return float(lo), float(hi)
+
+
 def variational_bound(
     counts: np.ndarray,
     channel: np.ndarray,
@@ -242,8 +265,10 @@ class AwareNull(Estimator):
 
     Fitted: ``truths_``, ``answer_rate_`` (per task, the posterior mean share of workers who
     answered it), ``pooled_`` (the pooled distribution of true symbols, scores then NULL),
-    ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level) and
-    ``bound_`` (per task, the variational bound of its fit, computed on demand). The answers
+    ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level),
+    ``bound_`` (per task, the variational bound of its fit, computed on demand) and
+    ``pooled_median_interval_`` (a nominal 90% bootstrap interval of the pooled answers' median,
+    which the truths follow where the prior is strong; computed on demand). The answers
     must be the mechanism's release of every worker's full row over the tasks: non-NULL reports
     as answers, NULL reports left out (as ``perturb`` returns them); a task's NULL reports are
     counted as the workers minus its answers.
@@ -361,6 +386,17 @@ class AwareNull(Estimator):
             raise ValidationError("AwareNull is not fitted yet: call fit(answers) first.")
         *state, tasks = self._posterior
         return pd.Series(variational_bound(*state), index=tasks, name="bound")
+
+    @property
+    def pooled_median_interval_(self) -> tuple[float, float]:
+        """A nominal 90% parametric-bootstrap interval of the pooled answers' median score
+        (``pooled_median_interval``): at small epsilon and high sparsity the learned prior takes
+        most tasks to the pooled answers, and this says how far the release fixes them (on P3's
+        synthetic design at sparsity 0.9: 0.27-7.3 at epsilon 0.1, 0.27-0.44 at epsilon 1)."""
+        if not hasattr(self, "_posterior"):
+            raise ValidationError("AwareNull is not fitted yet: call fit(answers) first.")
+        counts, channel = self._posterior[:2]
+        return pooled_median_interval(counts.sum(axis=0), channel, self.mechanism.low)
 
     def _solve_numpy(
         self,
