@@ -394,6 +394,8 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
     result = api.get(f"/campaigns/{made['id']}/results", headers=AUTH).json()
     assert result["privacy"]["unit"] == "cell"
     assert all(1 <= v <= 5 for v in result["truths"].values())
+    low, high = result["pooled_median_interval"]  # AwareNull's: how far the release fixes
+    assert 0.5 <= low <= high <= 5.5
     # A row that leaves a task out, or a value the mechanism cannot output, is refused.
     carol = enrol(api, made["id"], "carol")
     params = made["mechanism"]["params"]

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ..answers import Answers
 from ..errors import ConvergenceWarning, PrivtdError, ValidationError
-from ..inference import AWARE_METHODS, make_estimator
+from ..inference import AWARE_METHODS, AwareNull, make_estimator
 from . import campaigns
 from .schema import reports as t_reports
 from .schema import runs as t_runs
@@ -202,6 +202,10 @@ def summarise(
         confidence = {str(k): float(v) for k, v in top.items() if str(k) in out_truths}
     weights = estimator.weights_["weight"]
     g = mech.guarantee
+    extra: dict[str, Any] = {}
+    if isinstance(estimator, AwareNull):
+        # How far the release fixes the pooled answers, which sparse tasks' truths follow.
+        extra["pooled_median_interval"] = list(estimator.pooled_median_interval_)
     return {
         "method": campaign.method,
         "n_reports": answers.n_answers,
@@ -216,6 +220,7 @@ def summarise(
             "budget_per_worker": campaign.budget_epsilon,
             "spent_epsilon": spent,
         },
+        **extra,
     }
 
 
