@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
+from privtd import cli as cli_mod
 from privtd import datasets
 from privtd.cli import main
 
@@ -463,6 +464,10 @@ def test_infer_told_krr_null_deconvolves(tmp_path, capsys):
     assert code == 0, err
     code, _, err = run(["infer", str(faint), *low, "-o", str(tmp_path / "t.csv")], capsys)
     assert code == 0 and "fixes the pooled answers' median only to" in err, err
+    cli_mod._note_pooled_interval(3.5, 4.4)  # a score or less: nothing to say
+    assert capsys.readouterr().err == ""
+    cli_mod._note_pooled_interval(1.0, 5.0)
+    assert capsys.readouterr().err.startswith("privtd: note: this release fixes the pooled")
     # Without the range, the one-line error names the flag that every command accepts.
     code, _, err = run(["infer", str(out), "-M", "krr-null", "-e", "3", "-o", "x.csv"], capsys)
     assert code == 2

@@ -370,7 +370,7 @@ def test_a_rerun_resumes_from_the_previous_fit(api):
     assert third["iteration"] <= max(3, second["iteration"] // 2)
 
 
-def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
+def test_whole_row_release_and_null_aware_aggregation(live, tmp_path, capsys):
     base, api = live
     made = make_campaign(
         api,
@@ -396,6 +396,13 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path):
     assert all(1 <= v <= 5 for v in result["truths"].values())
     low, high = result["pooled_median_interval"]  # AwareNull's: how far the release fixes
     assert 0.5 <= low <= high <= 5.5
+    # The CLI notes the interval when it is wider than one score (100 cells: in 84% of releases;
+    # the note itself is tested in tests/test_cli.py).
+    token = ["--token", REQUESTER]
+    out = str(tmp_path / "truths.csv")
+    code, _, err = cli(["campaign", "aggregate", base, made["id"], "-o", out, *token], capsys)
+    assert code == 0, err
+    assert (high - low > 1.0) == ("fixes the pooled answers' median only to" in err), err
     # A row that leaves a task out, or a value the mechanism cannot output, is refused.
     carol = enrol(api, made["id"], "carol")
     params = made["mechanism"]["params"]

@@ -342,16 +342,19 @@ def infer(
         err=True,
     )
     if isinstance(estimator, AwareNull):
-        low, high = estimator.pooled_median_interval_
-        if high - low > 1.0:
-            # Where the reports say little the learned prior takes the tasks to the pooled
-            # answers, so this interval is how far the release fixes their truths.
-            click.echo(
-                f"privtd: note: this release fixes the pooled answers' median only to "
-                f"{low:.2f}-{high:.2f} (bootstrap, nominal 90%); most tasks' truths follow it "
-                "at this epsilon and sparsity, so treat them as uncertain.",
-                err=True,
-            )
+        _note_pooled_interval(*estimator.pooled_median_interval_)
+
+
+def _note_pooled_interval(low: float, high: float) -> None:
+    """Where the reports say little, AwareNull's learned prior takes the tasks to the pooled
+    answers: say so when the release fixes their median to no better than one score."""
+    if high - low > 1.0:
+        click.echo(
+            f"privtd: note: this release fixes the pooled answers' median only to "
+            f"{low:.2f}-{high:.2f} (bootstrap, nominal 90%); most tasks' truths follow it "
+            "at this epsilon and sparsity, so treat them as uncertain.",
+            err=True,
+        )
 
 
 @cli.command("evaluate")
@@ -1058,6 +1061,8 @@ def campaign_aggregate(
         f"{privacy['guarantee']}; budget per worker epsilon {privacy['budget_per_worker']:g}",
         err=True,
     )
+    if "pooled_median_interval" in result:
+        _note_pooled_interval(*result["pooled_median_interval"])
 
 
 @cli.group()
