@@ -437,6 +437,15 @@ def test_pooled_median_interval_covers_the_true_median(eps):
     inside = 0
     for _ in range(100):
         total = rng.multinomial(400_000, channel @ p).astype(float)
-        lo, hi = pooled_median_interval(total, channel, 0)
+        fit = pooled_distribution(total, channel)
+        lo, hi = pooled_median_interval(fit, 400_000, channel, 0)
         inside += lo <= truth <= hi
     assert inside >= 80
+
+
+def test_pooled_median_interval_is_open_when_no_score_was_answered():
+    # Every cell NULL: whatever scores a draw's fit keeps are the noise's, anywhere in 0..9.
+    channel = null_channel(KRRNull.from_epsilon(1.0, 0, 9))
+    pooled = np.r_[np.zeros(10), 1.0]
+    lo, hi = pooled_median_interval(pooled, 100_000, channel, 0)
+    assert -0.5 <= lo and hi <= 9.5 and hi - lo > 5

@@ -122,23 +122,28 @@ def grouped_median(weights: np.ndarray, low: float) -> np.ndarray:
 
 
 def pooled_median_interval(
-    total: np.ndarray, channel: np.ndarray, low: float, draws: int = 200, level: float = 0.9
+    pooled: np.ndarray,
+    n_cells: int,
+    channel: np.ndarray,
+    low: float,
+    draws: int = 200,
+    level: float = 0.9,
 ) -> tuple[float, float]:
-    """A parametric-bootstrap interval of the pooled answers' median score: ``draws`` report
-    totals drawn from the multinomial that the pooled fit of ``total`` predicts, each fitted
-    again (seeded, so the same release gives the same interval). Where the learned prior is
-    strong the tasks' truths sit near this median, so a wide interval says the release does not
-    fix them. The cells are taken as independent, which under two-layer RR (one budget per
-    worker) they are not quite."""
+    """A parametric-bootstrap interval of the median score of ``pooled`` (the pooled fit of
+    ``n_cells`` reports): ``draws`` report totals drawn from the multinomial it predicts, each
+    fitted again (seeded, so the same release gives the same interval). Where the learned prior
+    is strong the tasks' truths sit near this median, so a wide interval says the release does
+    not fix them; where no draw keeps a score the median is open over the whole domain. The
+    cells are taken as independent, which under two-layer RR (one budget per worker) they are
+    not quite."""
     g = channel.shape[0] - 1
-    pooled = pooled_distribution(total, channel)
     predicted = channel @ pooled
     rng = np.random.default_rng(0)
-    drawn = rng.multinomial(int(round(total.sum())), predicted / predicted.sum(), size=draws)
+    drawn = rng.multinomial(n_cells, predicted / predicted.sum(), size=draws)
     fits = np.array([pooled_distribution(t.astype(float), channel) for t in drawn])
     answered = fits[:, :g].sum(axis=1) > 0
     if not answered.any():
-        return float("nan"), float("nan")
+        return low - 0.5, low + g - 0.5
     medians = grouped_median(fits[answered, :g], low)
     lo, hi = np.quantile(medians, [(1.0 - level) / 2, (1.0 + level) / 2])
     return float(lo), float(hi)
@@ -396,7 +401,7 @@ class AwareNull(Estimator):
         if not hasattr(self, "_posterior"):
             raise ValidationError("AwareNull is not fitted yet: call fit(answers) first.")
         counts, channel = self._posterior[:2]
-        return pooled_median_interval(counts.sum(axis=0), channel, self.mechanism.low)
+        return pooled_median_interval(self.pooled_, int(counts.sum()), channel, self.mechanism.low)
 
     def _solve_numpy(
         self,
