@@ -11,6 +11,7 @@
     python benchmarks/bench_aware.py p0-profile --trials 10  # the class prior in its reports
     python benchmarks/bench_aware.py duchenne   # P0's Duchenne: aware-ds against Dawid-Skene, time
     python benchmarks/bench_aware.py duchenne-ratios --trials 20  # the same, 60 releases each
+    python benchmarks/bench_aware.py web-budgets  # Web's 2-layer: each worker's budget modelled
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -46,6 +47,10 @@ iterations (passes over the answers), one release per setting.
 duchenne-ratios: AwareDawidSkene's time over Dawid-Skene's on each of 3 x ``--trials`` releases per
 mechanism (epsilon 1, 0.5, 0.1; seeds from ``--seed``), best of five, with the mean, median and
 largest ratio: issue 7's speed target (at most 3x) release by release.
+
+web-budgets: Web's two-layer release at epsilon 0.5-20 (one each, ``--seed``), P3's aggregator and
+AwareNull against a prototype that models each worker's private budget and answer rate
+(``budget_fit``, not shipped: too slow for the 3x target, and worse from epsilon 1 down).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from privtd.inference import (
     OneCoinDawidSkene,
     WeightedAverage,
 )
+from privtd.inference.aware_null import grouped_median, null_channel, pooled_distribution
 from privtd.mechanisms import ExpGaussian, KRRNull, OneLayerRR, TwoLayerNull, TwoLayerRR
 
 
@@ -522,6 +528,95 @@ def duchenne_ratios(args: argparse.Namespace) -> None:
         )
 
 
+def budget_fit(
+    released: privtd.Answers, mech: TwoLayerNull, passes: int = 300, grid: int = 64
+) -> tuple[np.ndarray, int]:
+    """A prototype, not shipped: EM with each worker's private budget (a posterior over
+    ``grid`` midpoints of ``U(0, 2 mean_epsilon)``) and own answer rate, and each task's score
+    shares under a Dirichlet prior of strength 2 on the pooled shares. A NULL report sends to
+    score ``s`` the share ``a_u theta_q(s) / (a_u + (1 - a_u) rho_u)``, the task's share times a
+    per-worker constant (``rho_u = exp E[log keep - log other]``), so each pass touches only
+    the released scores. Budgets start from each worker's share of NULL reports read at the
+    pooled answer rate (from uniform posteriors the fit reads the lowest-budget workers as
+    keeping everything and answering most tasks). Returns the truths (grouped medians) and the
+    passes taken."""
+    g, low = mech.domain_size, mech.low
+    n_w, n_t = released.n_workers, released.n_tasks
+    task, worker = released.task.astype(np.int64), released.worker.astype(np.int64)
+    x = np.rint(released.value - low).astype(np.int64)
+    n_null = n_t - np.bincount(worker, minlength=n_w)
+    eps = (np.arange(grid) + 0.5) / grid * 2 * mech.mean_epsilon
+    keep, other = np.exp(eps) / (g + np.exp(eps)), 1 / (g + np.exp(eps))
+    log_keep, log_other = np.log(keep), np.log(other)
+    total = np.r_[np.bincount(x, minlength=g), n_null.sum()].astype(float)
+    pooled = pooled_distribution(total, null_channel(mech))
+    centre = np.maximum(pooled[:g], 1e-12) / np.maximum(pooled[:g], 1e-12).sum()
+    theta = np.tile(centre, (n_t, 1))
+    rate = np.full(n_w, max(1 - pooled[g], 1e-3))
+
+    def posterior(loglik: np.ndarray) -> np.ndarray:
+        post = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        return post / post.sum(axis=1, keepdims=True)
+
+    p_null = keep * (1 - rate[0]) + other * rate[0]
+    budget = posterior(np.outer(n_null, np.log(p_null)) + np.outer(n_t - n_null, np.log1p(-p_null)))
+    before = None
+    for step in range(passes):
+        rho = np.exp(budget @ (log_keep - log_other))
+        null_norm = rate + (1 - rate) * rho
+        to_scores = rate / null_norm
+        kept = theta[task, x]
+        share = rate[worker] / (rate[worker] * (1 + (rho[worker] - 1) * kept) + 1 - rate[worker])
+        spread = (
+            to_scores.sum()
+            - np.bincount(task, weights=to_scores[worker], minlength=n_t)
+            + np.bincount(task, weights=share, minlength=n_t)
+        )
+        counts = theta * spread[:, None]
+        np.add.at(counts, (task, x), share * kept * (rho[worker] - 1))
+        answered = n_null * to_scores + np.bincount(
+            worker, weights=share * (1 + (rho[worker] - 1) * kept), minlength=n_w
+        )
+        match = n_null * (1 - rate) * rho / null_norm + np.bincount(
+            worker, weights=share * rho[worker] * kept, minlength=n_w
+        )
+        theta = counts + 2.0 * centre
+        theta /= theta.sum(axis=1, keepdims=True)
+        rate = (answered + 1) / (n_t + 2)
+        budget = posterior(np.outer(match, log_keep) + np.outer(n_t - match, log_other))
+        truth = grouped_median(theta, low)
+        state = np.r_[truth, budget @ eps, 10 * rate]
+        if before is not None and step > 10 and np.abs(state - before).max() < 1e-4:
+            break
+        before = state
+    return truth, step + 1
+
+
+def web_budgets(args: argparse.Namespace) -> None:
+    """Web's two-layer release, one per epsilon: P3's aggregator, the shipped AwareNull (the
+    marginal channel) and ``budget_fit`` (each worker's budget), MAE change and time."""
+    _, answers, gold, truth, low, high = list(sparse_instances(args.seed))[3]
+    base = np.abs(WeightedAverage().fit(answers).truths_.to_numpy()[gold] - truth).mean()
+    print("eps | MAE change P3  aware  per-worker | passes  seconds  P3 ms")
+    for eps in (0.5, 1.0, 2.0, 3.0, 5.0, 20.0):
+        mech = TwoLayerNull.from_epsilon(eps, low, high)
+        released = mech.perturb(answers, rng=args.seed)
+        change = [
+            np.abs(est.fit(released).truths_.to_numpy()[gold] - truth).mean() - base
+            for est in (WeightedAverage(), AwareNull(mech))
+        ]
+        start = time.perf_counter()
+        inferred, passes = budget_fit(released, mech)
+        seconds = time.perf_counter() - start
+        p3_ms = best_of_three(WeightedAverage(), released) * 1000
+        change.append(np.abs(inferred[gold] - truth).mean() - base)
+        print(
+            f"{eps:4.1f} | {change[0]:.3f}  {change[1]:.3f}  {change[2]:.3f} | {passes}  "
+            f"{seconds:.1f}  {p3_ms:.1f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     modes = {
@@ -535,6 +630,7 @@ def main() -> None:
         "p0-profile": p0_profile,
         "duchenne": duchenne,
         "duchenne-ratios": duchenne_ratios,
+        "web-budgets": web_budgets,
     }
     parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
