@@ -159,7 +159,7 @@ def grr_trials(args: argparse.Namespace) -> None:
             se = np.std(gains, ddof=1) / np.sqrt(args.trials)
             ose = np.std(oracle_gains, ddof=1) / np.sqrt(args.trials)
             print(
-                f"{k}  {eps:3.1f}  {method:15s}  {np.mean(gains):+.4f} ± {se:.4f}"
+                f"{k}  {eps:3.1f}  {method:15s}  {np.mean(gains):+.5f} ± {se:.5f}"
                 f"              {np.mean(oracle_gains):+.4f} ± {ose:.4f}   {args.trials}",
                 flush=True,
             )
