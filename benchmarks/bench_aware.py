@@ -606,7 +606,7 @@ def web_budgets(args: argparse.Namespace) -> None:
             for est in (WeightedAverage(), AwareNull(mech))
         ]
         start = time.perf_counter()
-        inferred, passes = budget_fit(released, mech)
+        inferred, passes = budget_fit(released, mech, passes=args.passes)
         seconds = time.perf_counter() - start
         p3_ms = best_of_three(WeightedAverage(), released) * 1000
         change.append(np.abs(inferred[gold] - truth).mean() - base)
@@ -648,6 +648,7 @@ def main() -> None:
         default=100,
         help="crowds (grr-trials, null-trials), draws (p0-*), seeds (duchenne-ratios)",
     )
+    parser.add_argument("--passes", type=int, default=300, help="web-budgets: the EM's cap")
     args = parser.parse_args()
     warnings.simplefilter("ignore", privtd.ConvergenceWarning)
     modes[args.mode](args)
