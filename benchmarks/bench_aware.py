@@ -544,13 +544,15 @@ def budget_fit(
     n_w, n_t = released.n_workers, released.n_tasks
     task, worker = released.task.astype(np.int64), released.worker.astype(np.int64)
     x = np.rint(released.value - low).astype(np.int64)
+    cell = task * g + x
     n_null = n_t - np.bincount(worker, minlength=n_w)
     eps = (np.arange(grid) + 0.5) / grid * 2 * mech.mean_epsilon
     keep, other = np.exp(eps) / (g + np.exp(eps)), 1 / (g + np.exp(eps))
     log_keep, log_other = np.log(keep), np.log(other)
     total = np.r_[np.bincount(x, minlength=g), n_null.sum()].astype(float)
     pooled = pooled_distribution(total, null_channel(mech))
-    centre = np.maximum(pooled[:g], 1e-12) / np.maximum(pooled[:g], 1e-12).sum()
+    centre = np.maximum(pooled[:g], 1e-12)
+    centre /= centre.sum()
     theta = np.tile(centre, (n_t, 1))
     rate = np.full(n_w, max(1 - pooled[g], 1e-3))
 
@@ -565,7 +567,7 @@ def budget_fit(
         rho = np.exp(budget @ (log_keep - log_other))
         null_norm = rate + (1 - rate) * rho
         to_scores = rate / null_norm
-        kept = theta[task, x]
+        kept = theta.ravel()[cell]
         share = rate[worker] / (rate[worker] * (1 + (rho[worker] - 1) * kept) + 1 - rate[worker])
         spread = (
             to_scores.sum()
@@ -573,7 +575,9 @@ def budget_fit(
             + np.bincount(task, weights=share, minlength=n_t)
         )
         counts = theta * spread[:, None]
-        np.add.at(counts, (task, x), share * kept * (rho[worker] - 1))
+        counts += np.bincount(
+            cell, weights=share * kept * (rho[worker] - 1), minlength=n_t * g
+        ).reshape(n_t, g)
         answered = n_null * to_scores + np.bincount(
             worker, weights=share * (1 + (rho[worker] - 1) * kept), minlength=n_w
         )
