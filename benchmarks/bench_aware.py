@@ -12,6 +12,7 @@
     python benchmarks/bench_aware.py duchenne   # P0's Duchenne: aware-ds against Dawid-Skene, time
     python benchmarks/bench_aware.py duchenne-ratios --trials 20  # the same, 60 releases each
     python benchmarks/bench_aware.py web-budgets  # Web's 2-layer: each worker's budget modelled
+    python benchmarks/bench_aware.py k2-eb --trials 5  # two labels: a learned population law
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -621,6 +622,152 @@ def web_budgets(args: argparse.Namespace) -> None:
         )
 
 
+def pseudo_eb_fit(
+    answers: privtd.Answers,
+    start: np.ndarray,
+    mean: np.ndarray | None = None,
+    outer: int = 30,
+    inner: int = 10,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A prototype over two labels, not shipped: each worker's reports through
+    ``theta_u = (logit P(z = 1 | y = 0), logit P(z = 1 | y = 1))`` with a Gaussian population
+    law ``N(m, T)`` learned by empirical Bayes. Each round fits every worker to its reports
+    against the posteriors of its tasks without its own report (a per-worker likelihood free of
+    the worker's pull on those posteriors: EM over the truth, ``inner`` steps), takes the
+    information of that fit from its scores, fits ``m`` (unless ``mean`` is given) and ``T``
+    to the workers' estimates and informations (normal-normal EM), and votes with each
+    worker's posterior mean. Returns the label codes and ``T``."""
+    task, worker = answers.task.astype(np.int64), answers.worker.astype(np.int64)
+    one = answers.value == 1
+    n_w, n_t = answers.n_workers, answers.n_tasks
+
+    def per_worker(weights: np.ndarray) -> np.ndarray:
+        return np.stack([np.bincount(worker, weights[:, y], minlength=n_w) for y in (0, 1)], 1)
+
+    def logit_of(resp: np.ndarray) -> np.ndarray:
+        p1 = (per_worker(resp * one[:, None]) + 0.5) / (per_worker(resp) + 1.0)
+        return np.log(p1 / (1 - p1))
+
+    def report_logs(theta: np.ndarray) -> np.ndarray:
+        p1 = 1 / (1 + np.exp(-theta[worker]))
+        return np.log(np.where(one[:, None], p1, 1 - p1))
+
+    theta, prior = logit_of(start[task]), start.mean(axis=0)
+    cov = np.eye(2)
+    for _ in range(outer):
+        own = report_logs(theta)
+        log_post = np.log(prior) + np.stack(
+            [np.bincount(task, own[:, y], minlength=n_t) for y in (0, 1)], 1
+        )
+        without = log_post[task] - own
+        without = np.exp(without - without.max(axis=1, keepdims=True))
+        without /= without.sum(axis=1, keepdims=True)
+        fitted = theta
+        for _ in range(inner):
+            resp = without * np.exp(report_logs(fitted))
+            resp /= resp.sum(axis=1, keepdims=True)
+            fitted = logit_of(resp)
+        resp = without * np.exp(report_logs(fitted))
+        resp /= resp.sum(axis=1, keepdims=True)
+        score = resp * (one[:, None] - 1 / (1 + np.exp(-fitted[worker])))
+        info = np.stack(
+            [per_worker(score * score[:, [i]]) for i in (0, 1)], axis=1
+        ) + 1e-6 * np.eye(2)
+        centre = fitted.mean(axis=0) if mean is None else mean
+        cov = np.cov(fitted.T) + 1e-4 * np.eye(2)
+        for _ in range(100):
+            inv = np.linalg.inv(cov)
+            post_cov = np.linalg.inv(inv + info)
+            post = np.einsum(
+                "wij,wj->wi", post_cov, inv @ centre + np.einsum("wij,wj->wi", info, fitted)
+            )
+            centre = post.mean(axis=0) if mean is None else mean
+            cov = ((post - centre).T @ (post - centre) + post_cov.sum(axis=0)) / n_w
+            cov += 1e-9 * np.eye(2)
+        change = np.abs(post - theta).max()
+        theta = post
+        probas = np.exp(log_post - log_post.max(axis=1, keepdims=True))
+        prior = (probas / probas.sum(axis=1, keepdims=True)).mean(axis=0)
+        if change < 1e-4:
+            break
+    own = report_logs(theta)
+    log_post = np.log(prior) + np.stack(
+        [np.bincount(task, own[:, y], minlength=n_t) for y in (0, 1)], 1
+    )
+    return log_post.argmax(axis=1), cov
+
+
+def k2_eb(args: argparse.Namespace) -> None:
+    """``pseudo_eb_fit`` with the population mean learned (``eb``) or fixed at the composed
+    confusion of AwareDawidSkene's prior mean (``eb-fixed``), both started from majority vote,
+    against the shipped AwareDawidSkene: issue 7's synthetic design at two labels (gain over
+    the better of majority vote and Dawid-Skene, ``--trials`` crowds), and P0's Duchenne under
+    one-layer RR (error on the gold tasks, paired with AwareDawidSkene on the same release,
+    20 releases per epsilon)."""
+
+    def fixed_mean(mech: OneLayerRR) -> np.ndarray:
+        a0 = 0.7 * (1 - mech.f) + 0.3 * mech.f
+        return np.array([np.log((1 - a0) / a0), np.log(a0 / (1 - a0))])
+
+    print("synthetic, K = 2: gain over max(mv, ds) ± SE | aware-ds  eb  eb-fixed  oracle")
+    for eps in (0.5, 1.0):
+        mech = OneLayerRR.from_epsilon(eps, 2)
+        gains = []
+        for trial in range(args.trials):
+            seed = args.seed + 1000 * trial
+            answers, truth, info = privtd.datasets.make_categorical(
+                args.tasks, args.workers, 2, answers_per_task=5, rng=seed
+            )
+            perturbed = mech.perturb(answers, rng=seed + 1)
+            gold = truth.reindex(perturbed.tasks).to_numpy()
+            labels = np.asarray(perturbed.labels)
+            mv = MajorityVote().fit(perturbed)
+            score = [
+                float((est.fit(perturbed).truths_.to_numpy() == gold).mean())
+                for est in (mv, DawidSkene(), AwareDawidSkene(mech))
+            ]
+            start = mv.probas_.to_numpy()
+            for mean in (None, fixed_mean(mech)):
+                codes, _ = pseudo_eb_fit(perturbed, start, mean)
+                score.append(float((labels[codes] == gold).mean()))
+            score.append(float((oracle(perturbed, info["accuracy"], mech) == gold).mean()))
+            gains.append(np.array(score[2:]) - max(score[:2]))
+        g = np.array(gains)
+        se = g.std(axis=0, ddof=1) / np.sqrt(len(g))
+        print(
+            f"eps {eps:3.1f}: "
+            + "  ".join(f"{m:+.5f} ± {s:.5f}" for m, s in zip(g.mean(axis=0), se, strict=True))
+            + f"  ({len(g)} crowds)",
+            flush=True,
+        )
+    data = privtd.datasets.load("duchenne")
+    print("P0 Duchenne, one-layer RR: error on the gold | aware-ds  eb  eb-fixed | eb - aware-ds")
+    for eps in (1.0, 0.5, 0.3, 0.1):
+        mech = OneLayerRR.from_epsilon(eps, 2)
+        errors = []
+        for seed in range(20):
+            perturbed = mech.perturb(data.answers, rng=seed)
+            at = perturbed.tasks.get_indexer(data.truth.index)
+            labels = np.asarray(perturbed.labels)
+            fit = AwareDawidSkene(mech).fit(perturbed).truths_.to_numpy()
+            row = [float((fit[at] != data.truth.to_numpy()).mean())]
+            start = MajorityVote().fit(perturbed).probas_.to_numpy()
+            for mean in (None, fixed_mean(mech)):
+                codes, _ = pseudo_eb_fit(perturbed, start, mean)
+                row.append(float((labels[codes][at] != data.truth.to_numpy()).mean()))
+            errors.append(row)
+        e = np.array(errors)
+        diff = e[:, 1:] - e[:, :1]
+        se = diff.std(axis=0, ddof=1) / np.sqrt(len(e))
+        print(
+            f"eps {eps:3.1f}: "
+            + "  ".join(f"{v:.4f}" for v in e.mean(axis=0))
+            + " | "
+            + "  ".join(f"{m:+.4f} ± {s:.4f}" for m, s in zip(diff.mean(axis=0), se, strict=True)),
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     modes = {
@@ -635,6 +782,7 @@ def main() -> None:
         "duchenne": duchenne,
         "duchenne-ratios": duchenne_ratios,
         "web-budgets": web_budgets,
+        "k2-eb": k2_eb,
     }
     parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
