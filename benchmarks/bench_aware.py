@@ -13,6 +13,7 @@
     python benchmarks/bench_aware.py duchenne-ratios --trials 20  # the same, 60 releases each
     python benchmarks/bench_aware.py web-budgets  # Web's 2-layer: each worker's budget modelled
     python benchmarks/bench_aware.py k2-eb --trials 5  # two labels: a learned population law
+    python benchmarks/bench_aware.py null-centre --trials 5  # AwareNull centred on a posterior mean
 
 grr: answers of one-coin workers (accuracy U(0.55, 0.95)) perturbed by generalized randomized
 response at epsilon per answer, against majority vote and Dawid-Skene; ``aware`` is the one-coin
@@ -768,6 +769,71 @@ def k2_eb(args: argparse.Namespace) -> None:
         )
 
 
+def pooled_posterior_mean(
+    total: np.ndarray, channel: np.ndarray, want: int = 2000, seed: int = 0
+) -> tuple[np.ndarray, int]:
+    """A prototype, not shipped: the posterior mean of the pooled distribution under a flat
+    prior on the simplex, instead of ``pooled_distribution``'s maximum. The channel maps a
+    distribution ``p`` to report shares ``u = d p + other``, so the posterior of ``u`` is the
+    Dirichlet of the report totals plus one, truncated to ``u >= other``: drawn by rejection
+    (batches of 20,000, until ``want`` are kept or 50 batches are spent). Returns the mean and
+    the draws kept; with none kept, the maximum likelihood fit."""
+    keep, other = float(channel[0, 0]), float(channel[0, 1])
+    rng = np.random.default_rng(seed)
+    kept: list[np.ndarray] = []
+    for _ in range(50):
+        u = rng.dirichlet(total + 1.0, size=20_000)
+        kept.append(u[(u >= other).all(axis=1)])
+        if sum(len(k) for k in kept) >= want:
+            break
+    u = np.concatenate(kept)
+    if len(u) == 0:
+        return pooled_distribution(total, channel), 0
+    p = ((u - other) / (keep - other)).mean(axis=0)
+    return p / p.sum(), len(u)
+
+
+def null_centre(args: argparse.Namespace) -> None:
+    """AwareNull with its prior centred on the pooled distribution's maximum (shipped) or on its
+    posterior mean (``pooled_posterior_mean``), on P3's designs: MAE change against P3's
+    aggregator on the clean answers, ``--trials`` releases per setting, and the fewest draws
+    the sampler kept."""
+    import privtd.inference.aware_null as aware_null
+
+    shipped = aware_null.pooled_distribution
+    kept: list[int] = []
+
+    def centred(total: np.ndarray, channel: np.ndarray) -> np.ndarray:
+        mean, n = pooled_posterior_mean(total, channel)
+        kept.append(n)
+        return mean
+
+    print("data                mechanism      eps | MAE change P3  maximum  posterior mean | kept")
+    for name, answers, gold, truth, low, high in sparse_instances(args.seed):
+        base = np.abs(WeightedAverage().fit(answers).truths_.to_numpy()[gold] - truth).mean()
+        for mech_class in (KRRNull, TwoLayerNull):
+            for eps in (0.1, 0.5, 1.0, 2.0):
+                mech = mech_class.from_epsilon(eps, low, high)
+                kept.clear()
+                rows = []
+                for r in range(args.trials):
+                    released = mech.perturb(answers, rng=args.seed + 100 + r)
+                    row = [WeightedAverage().fit(released).truths_.to_numpy()]
+                    for pooled in (shipped, centred):
+                        aware_null.pooled_distribution = pooled
+                        try:
+                            row.append(AwareNull(mech).fit(released).truths_.to_numpy())
+                        finally:
+                            aware_null.pooled_distribution = shipped
+                    rows.append([np.abs(t[gold] - truth).mean() - base for t in row])
+                m, se = np.mean(rows, axis=0), np.std(rows, axis=0, ddof=1) / np.sqrt(len(rows))
+                print(
+                    f"{name:18s}  {mech.name:14s} {eps:3.1f} | {m[0]:.3f}  {m[1]:.3f} ± {se[1]:.3f}"
+                    f"  {m[2]:.3f} ± {se[2]:.3f} | {min(kept)}",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     modes = {
@@ -783,6 +849,7 @@ def main() -> None:
         "duchenne-ratios": duchenne_ratios,
         "web-budgets": web_budgets,
         "k2-eb": k2_eb,
+        "null-centre": null_centre,
     }
     parser.add_argument("mode", choices=tuple(modes), nargs="?", default="grr")
     parser.add_argument("--tasks", type=int, default=200_000)
