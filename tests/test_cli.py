@@ -173,7 +173,8 @@ def test_datasets_list_and_demo(capsys):
     assert code == 0 and "two-layer mechanism" in out and "epsilon=0.5 per answer" in out
     assert "not a worker-level guarantee" in out
     lines = out.splitlines()
-    table = lines[lines.index(next(x for x in lines if x.startswith("method"))) + 1 : -1]
+    header = next(i for i, line in enumerate(lines) if line.startswith("method"))
+    table = lines[header + 1 : -1]
     rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in table}
     assert list(rows) == ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc", "aware-ds"]
     assert rows["mv"][0] == pytest.approx(0.7610, abs=1e-4)  # clean MV (paper: 0.76)
