@@ -403,6 +403,26 @@ def test_bad_parameters_are_clear(duchenne: privtd.Answers, emotion: privtd.Answ
         ModelSpec("ternary", 3)
 
 
+@pytest.mark.parametrize("model", ["binary", "multiclass", "real"])
+def test_a_worker_without_a_kept_task_sends_zeros(model: str) -> None:
+    # Worker d answered only task 9, which has one answer: it is left out, and d takes part in
+    # every round with zeros (its masks are still needed), whatever the model.
+    rows = [(t, w, (t + i) % 2) for t in range(9) for i, w in enumerate("abc")] + [(9, "d", 1)]
+    frame = pd.DataFrame(rows, columns=["task", "worker", "answer"])
+    kwargs: dict[str, object] = {}
+    if model == "real":
+        frame["answer"] = frame.answer.astype(float)
+        kwargs["value_range"] = (0.0, 1.0)
+    answers = privtd.Answers.from_frame(frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        secure = SecureEM(model=model, max_iter=20, **kwargs).fit(answers)  # type: ignore[arg-type]
+    assert list(secure.too_few_answers_) == [9] and secure.truths_.isna().tolist() == [
+        False
+    ] * 9 + [True]
+    assert (secure.rounds_.participants == 4).all()
+
+
 # ------------------------------------------------------------------ across processes
 def test_processes_give_the_in_process_result(emotion: privtd.Answers) -> None:
     answers = first_tasks(emotion, 200)

@@ -47,11 +47,11 @@ class DropoutResult:
     labels_recovered: float
 
     def line(self) -> str:
-        where = "last" if self.drop_at < 0 else str(self.drop_at)
+        where = "end" if self.mode == "rerun" else str(self.drop_at)
         answered = "-" if self.answered_accuracy is None else f"{self.answered_accuracy:.3f}"
         stopped = f"; run stopped: {self.error[:90]}..." if self.error else ""
         return (
-            f"{self.mode:6s} drop at {where:>4s}: reduced-set sum released: "
+            f"{self.mode:6s} at {where:>4s}: reduced-set sum released: "
             f"{'yes' if self.reduced_released else 'no '}; which tasks answered {answered}; "
             f"labels recovered {self.labels_recovered:.3f} of {self.n_labels}{stopped}"
         )

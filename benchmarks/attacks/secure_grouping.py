@@ -130,6 +130,53 @@ def attack(answers: Any, *, max_iter: int = 50, **options: Any) -> GroupingResul
     )
 
 
+def residual(answers: Any, *, max_iter: int = 50, **options: Any) -> dict[str, Any]:
+    """What is left with ``min_answers``: group the tasks whose sums come from the fewest
+    workers allowed (exactly ``min_answers``) by their trajectories over the rounds.
+
+    A group whose tasks all have the same answering workers with the same labels tells the
+    requester that those tasks share their workers and their answers (not who they are); with
+    the label combinations of one set of workers linked, their terms could be solved for, as
+    the single-answer groups were. Returns the counts that measure how often that can happen.
+    """
+    run = run_recorded(answers, max_iter=max_iter, **options)
+    if run.error is not None:
+        raise run.error
+    n_tasks = answers.n_tasks
+    counts = counts_seen(run, n_tasks)
+    em = [r for r in run.releases if r.phase == "em"]
+    k = int(options.get("min_answers", 3))
+    targets = np.intersect1d(np.flatnonzero(counts == k), em[0].rows)
+    if targets.size == 0:
+        return {"tasks": 0, "groups": 0, "pure_groups_of_2_or_more": 0, "tasks_in_those": 0}
+    key = np.round(
+        np.concatenate([r.sums[np.searchsorted(r.rows, targets)] for r in em], axis=1), 6
+    )
+    _, group = np.unique(key, axis=0, return_inverse=True)
+    group = group.ravel()
+    # The truth: each task's sorted (worker, label) pairs.
+    held = split_by_worker(answers)
+    who: dict[int, list[tuple[int, int]]] = {}
+    for w, (tasks, values) in held.items():
+        for t, v in zip(tasks.tolist(), np.asarray(values).tolist(), strict=True):
+            who.setdefault(t, []).append((w, int(v)))
+    signature = [tuple(sorted(who[t])) for t in targets.tolist()]
+    pure, covered = 0, 0
+    for g in range(int(group.max()) + 1):
+        members = np.flatnonzero(group == g)
+        if members.size >= 2 and len({signature[m] for m in members}) == 1:
+            pure += 1
+            covered += members.size
+    sets = {tuple(w for w, _ in sig) for sig in signature}
+    return {
+        "tasks": int(targets.size),
+        "worker_sets": len(sets),
+        "groups": int(group.max()) + 1,
+        "pure_groups_of_2_or_more": pure,
+        "tasks_in_those": covered,
+    }
+
+
 def scenario(seed: int = 0) -> Any:
     """A sparse crowd: 20 workers, 600 tasks, each answered by each worker with probability
     0.1 (about 2 answers per task, a quarter of the tasks answered once)."""
@@ -146,6 +193,14 @@ def main() -> None:
     options = {} if args.min_answers is None else {"min_answers": args.min_answers}
     print(f"{answers.n_workers} workers, {answers.n_tasks} tasks, {answers.n_answers} answers")
     print(attack(answers, **options).line())
+    left = residual(answers, **options)
+    k = options.get("min_answers", 3)
+    print(
+        f"left with min_answers={k}: {left['tasks']} tasks have exactly {k} answers "
+        f"({left.get('worker_sets', 0)} distinct sets of workers); their sums fall into "
+        f"{left['groups']} trajectories, {left['pure_groups_of_2_or_more']} of them shared by "
+        f"2 or more tasks with the same workers and labels ({left['tasks_in_those']} tasks)"
+    )
 
 
 if __name__ == "__main__":

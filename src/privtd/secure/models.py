@@ -214,7 +214,7 @@ class LocalReal(LocalModel):
     ) -> None:
         super().__init__(spec, tasks, values, allow_empty=allow_empty)
         x = self.values.astype(np.float64)
-        if not np.isfinite(x).all() or x.min() < spec.low or x.max() > spec.high:
+        if x.size and (not np.isfinite(x).all() or x.min() < spec.low or x.max() > spec.high):
             raise ValidationError(
                 "Real answers must be finite and inside the public range "
                 f"[{spec.low}, {spec.high}]."
