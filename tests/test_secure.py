@@ -1,4 +1,6 @@
-"""P2's worker-private protocol: equal to plain EM, the requester's view, faults, drop-outs."""
+"""P2's worker-private protocol: equal to plain EM, the requester's view, faults, drop-outs.
+
+The attacks of issue 31 (drop-outs, single-answer tasks) are in tests/test_secure_attacks.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import privtd
 from privtd.errors import ProtocolError, ValidationError
 from privtd.inference import DawidSkene, LatentClass, Raykar
 from privtd.secure import (
+    DropoutError,
     InProcessTransport,
     ModelSpec,
     Requester,
@@ -26,8 +29,10 @@ from privtd.secure import (
 from privtd.secure.masking import MaskingWorker
 from privtd.secure.paillier import Packing
 
-# Test-only key size: 512-bit Paillier is fast and breakable; the default is 2048.
+# Test-only key size: 512-bit Paillier is fast and breakable; the default is 2048, and anything
+# shorter needs test_only_short_keys=True.
 TEST_KEY_BITS = 512
+SHORT = {"key_bits": TEST_KEY_BITS, "test_only_short_keys": True}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +129,12 @@ def test_masking_binary_equals_latent_class_on_duchenne(duchenne: privtd.Answers
     sens = plain.weights_["sensitivity"].to_numpy()
     mine = np.array([w.model.sensitivity for w in secure.workers_])  # type: ignore[union-attr]
     np.testing.assert_allclose(mine, sens, atol=1e-6)
-    assert secure.rounds_.phase.tolist() == ["start"] + ["em"] * secure.n_iter_
+    assert secure.rounds_.phase.tolist() == ["count", "start"] + ["em"] * secure.n_iter_
+    # Every Duchenne task has at least 3 answers: none is left out, and the counts are exact.
+    assert secure.too_few_answers_.empty
+    np.testing.assert_array_equal(
+        secure.answer_counts_, np.bincount(duchenne.task, minlength=duchenne.n_tasks)
+    )
 
 
 def test_masking_multiclass_equals_dawid_skene_on_dog(dog: privtd.Answers) -> None:
@@ -152,7 +162,7 @@ def test_paillier_equals_plain_em(name: str) -> None:
     kwargs = {"value_range": (-100.0, 100.0)} if name == "emotion" else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
-        secure = SecureEM(backend="paillier", key_bits=TEST_KEY_BITS, max_iter=4, **kwargs)
+        secure = SecureEM(backend="paillier", max_iter=4, **SHORT, **kwargs)  # type: ignore[arg-type]
         secure.fit(answers)
         masked = SecureEM(max_iter=4, **kwargs).fit(answers)
     if name == "emotion":
@@ -191,7 +201,11 @@ class Recording(InProcessTransport):
 def run_recorded(
     answers: privtd.Answers, backend: str, **kwargs: object
 ) -> tuple[Recording, list[Worker]]:
-    workers = [Worker(w, t, v) for w, (t, v) in split_by_worker(answers).items()]
+    short = bool(kwargs.get("test_only_short_keys", False))
+    workers = [
+        Worker(w, t, v, test_only_short_keys=short)
+        for w, (t, v) in split_by_worker(answers).items()
+    ]
     transport = Recording(workers)
     spec = SecureEM().spec_for(answers)
     with warnings.catch_warnings():
@@ -207,7 +221,8 @@ def test_masked_contributions_are_uniform_and_hide_labels(duchenne: privtd.Answe
     # All the requester ever receives: public keys and masked vectors.
     assert fields == {"public_key", "masked"}
     masked = [(w, m["masked"]) for w, m in transport.seen if m["type"] == "contribution"]
-    assert len(masked) == 4 * len(workers)
+    # The count round, the start round and three EM rounds.
+    assert len(masked) == 5 * len(workers)
     pooled = np.concatenate([v for _, v in masked])
     # Each 64-bit value is uniform: its top byte and its bottom byte are flat (chi-square).
     for shift in (56, 0):
@@ -230,7 +245,7 @@ def test_paillier_requester_sees_only_ciphertexts_and_blinded_sums(
     duchenne: privtd.Answers,
 ) -> None:
     answers = first_tasks(duchenne, 40)
-    transport, workers = run_recorded(answers, "paillier", max_iter=1, key_bits=TEST_KEY_BITS)
+    transport, workers = run_recorded(answers, "paillier", max_iter=1, **SHORT)
     holder = next(w for w in workers if w._sum is not None and w._sum._private is not None)  # noqa: SLF001
     public = holder._sum._public  # type: ignore[union-attr]  # noqa: SLF001
     fields = {k for _, m in transport.seen for k in m} - {"type", "seconds", "round", "attempt"}
@@ -277,8 +292,10 @@ class Faulty(Worker):
 
 def faulty_run(answers: privtd.Answers, fault: str, backend: str = "masking", **kwargs: object):  # type: ignore[no-untyped-def]
     held = split_by_worker(answers)
+    policy = {k: bool(kwargs.get(k, False)) for k in ("allow_leaky_rerun", "test_only_short_keys")}
     workers = [
-        Faulty(w, t, v, fault=fault) if w == 0 else Worker(w, t, v) for w, (t, v) in held.items()
+        Faulty(w, t, v, fault=fault, **policy) if w == 0 else Worker(w, t, v, **policy)
+        for w, (t, v) in held.items()
     ]
     spec = SecureEM().spec_for(answers)
     with warnings.catch_warnings():
@@ -304,11 +321,19 @@ def test_a_bad_contribution_voids_the_round(
 
 def test_a_bad_ciphertext_voids_the_round(duchenne: privtd.Answers) -> None:
     with pytest.raises(ProtocolError, match="Worker 0: .*outside the key's range"):
-        faulty_run(first_tasks(duchenne, 30), "ciphertext", "paillier", key_bits=TEST_KEY_BITS)
+        faulty_run(first_tasks(duchenne, 30), "ciphertext", "paillier", **SHORT)
 
 
-def test_a_drop_out_retries_the_round_without_the_worker(duchenne: privtd.Answers) -> None:
-    run = faulty_run(first_tasks(duchenne, 100), "drop")
+def test_a_drop_out_ends_the_run_by_default(duchenne: privtd.Answers) -> None:
+    stops = r"Worker\(s\) '0' dropped out in em round 2; the run stops"
+    with pytest.raises(DropoutError, match=stops):
+        faulty_run(first_tasks(duchenne, 100), "drop")
+
+
+def test_a_drop_out_retries_the_round_without_the_worker_if_allowed(
+    duchenne: privtd.Answers,
+) -> None:
+    run = faulty_run(first_tasks(duchenne, 100), "drop", allow_leaky_rerun=True)
     assert run.dropped == [0]
     rounds = {r.round: r for r in run.rounds}
     assert rounds[2].attempts == 2 and rounds[2].participants == rounds[1].participants - 1
@@ -378,6 +403,26 @@ def test_bad_parameters_are_clear(duchenne: privtd.Answers, emotion: privtd.Answ
         ModelSpec("ternary", 3)
 
 
+@pytest.mark.parametrize("model", ["binary", "multiclass", "real"])
+def test_a_worker_without_a_kept_task_sends_zeros(model: str) -> None:
+    # Worker d answered only task 9, which has one answer: it is left out, and d takes part in
+    # every round with zeros (its masks are still needed), whatever the model.
+    rows = [(t, w, (t + i) % 2) for t in range(9) for i, w in enumerate("abc")] + [(9, "d", 1)]
+    frame = pd.DataFrame(rows, columns=["task", "worker", "answer"])
+    kwargs: dict[str, object] = {}
+    if model == "real":
+        frame["answer"] = frame.answer.astype(float)
+        kwargs["value_range"] = (0.0, 1.0)
+    answers = privtd.Answers.from_frame(frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        secure = SecureEM(model=model, max_iter=20, **kwargs).fit(answers)  # type: ignore[arg-type]
+    assert list(secure.too_few_answers_) == [9] and secure.truths_.isna().tolist() == [
+        False
+    ] * 9 + [True]
+    assert (secure.rounds_.participants == 4).all()
+
+
 # ------------------------------------------------------------------ across processes
 def test_processes_give_the_in_process_result(emotion: privtd.Answers) -> None:
     answers = first_tasks(emotion, 200)
@@ -391,10 +436,11 @@ def test_processes_give_the_in_process_result(emotion: privtd.Answers) -> None:
     assert abs(sent[0] - sent[1]) < 1e-3 * sent[1]
 
 
-def test_a_killed_worker_process_is_dropped(duchenne: privtd.Answers) -> None:
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_killed_worker_process_is_dropped(duchenne: privtd.Answers, allow: bool) -> None:
     answers = first_tasks(duchenne, 100)
     held = split_by_worker(answers)
-    transport = SocketTransport(held, timeout=30)
+    transport = SocketTransport(held, timeout=30, worker_options={"allow_leaky_rerun": allow})
     victim = transport.processes[0]
 
     def kill_at_round_two(stats: object) -> None:
@@ -403,9 +449,17 @@ def test_a_killed_worker_process_is_dropped(duchenne: privtd.Answers) -> None:
             victim.join()
 
     spec = SecureEM().spec_for(answers)
-    requester = Requester(spec, transport, max_iter=4, on_round=kill_at_round_two)
+    requester = Requester(
+        spec, transport, max_iter=4, on_round=kill_at_round_two, allow_leaky_rerun=allow
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        if not allow:
+            with pytest.raises(DropoutError, match="dropped out in em round 2"):
+                requester.run()
+            # Nothing was released after the drop-out: the last round had every worker.
+            assert [r.participants for r in requester.rounds] == [len(held)] * 3
+            return
         run = requester.run()
     assert run.dropped == [sorted(held)[0]]
     assert {r.round: r.attempts for r in run.rounds}[2] == 2

@@ -725,7 +725,40 @@ def attack_cmd(
 @click.option("--max-iter", type=int, default=500, show_default=True)
 @click.option("--tol", type=float, help="Stopping tolerance (default: the plain estimator's).")
 @click.option("--fraction-bits", type=int, default=40, show_default=True)
-@click.option("--key-bits", type=int, default=2048, show_default=True, help="Paillier key size.")
+@click.option(
+    "--key-bits",
+    type=int,
+    default=2048,
+    show_default=True,
+    help="Paillier key size; keys under 2048 bits can be factored and are refused.",
+)
+@click.option(
+    "--min-answers",
+    type=int,
+    default=3,
+    show_default=True,
+    metavar="K",
+    help="Tasks with fewer than K answers (counted by a first secure sum) are left out of every "
+    "later sum and get no truth (empty in the output): with one answer a task's sums are that "
+    "worker's own terms. At least 2. The requester learns every task's answer count.",
+)
+@click.option(
+    "--allow-leaky-rerun",
+    is_flag=True,
+    help="REVEALS ANSWERS. Retry a round without a worker that dropped out, and allow a run over "
+    "other workers than an earlier run of --campaign. The difference of two sums over two sets "
+    "of workers tells the requester which tasks the missing workers answered and their labels. "
+    "Without this flag a drop-out stops the run and no sum over fewer workers is released.",
+)
+@click.option(
+    "--campaign",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="JSON record of the workers of this campaign's earlier runs (created if missing, "
+    "updated after each run). A run over other workers than an earlier one is refused unless "
+    "--allow-leaky-rerun. Without it, separate invocations are not linked and nothing stops a "
+    "re-run without a worker.",
+)
 @ON_DUPLICATE
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary, not every round.")
 def secure_em_cmd(
@@ -741,13 +774,22 @@ def secure_em_cmd(
     tol: float | None,
     fraction_bits: int,
     key_bits: int,
+    min_answers: int,
+    allow_leaky_rerun: bool,
+    campaign: str | None,
     on_duplicate: str,
     quiet: bool,
 ) -> None:
     """Run P2's worker-private EM on ANSWERS with one party per worker.
 
     Each worker keeps its answers and its quality parameters; the requester sees only secure
-    sums. Prints, per round, the time and the bytes sent by the requester and by the workers.
+    sums, and from them each task's answer count, posteriors every round and the truths
+    (docs/secure.md lists all it learns). Prints, per round, the time and the bytes sent by the
+    requester and by the workers.
+
+    A task with fewer than --min-answers answers gets no truth: its sums would expose the few
+    workers who answered it. A worker that drops out stops the run: re-running without it would
+    reveal its answers, and needs --allow-leaky-rerun.
     """
     from .secure import RoundStats, SecureEM
 
@@ -778,18 +820,38 @@ def secure_em_cmd(
         fraction_bits=fraction_bits,
         key_bits=key_bits,
         value_range=value_range,
+        min_answers=min_answers,
+        allow_leaky_rerun=allow_leaky_rerun,
+        campaign=campaign,
         on_round=report,
     )
     start = time.perf_counter()
-    estimator.fit(data)
+    with warnings.catch_warnings():
+        # The tasks left out are reported below, with what to do.
+        warnings.filterwarnings("ignore", message=".*too few answers to protect")
+        estimator.fit(data)
     elapsed = time.perf_counter() - start
+    left_out = len(estimator.too_few_answers_)
+    if left_out:
+        click.echo(
+            f"privtd: note: {left_out} of {data.n_tasks} task(s) have fewer than {min_answers} "
+            "answers: too few answers to protect. They were left out of every secure sum and "
+            "have no truth (empty in the output); collect more answers for them, or lower "
+            "--min-answers (at least 2).",
+            err=True,
+        )
     if output:
         _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
     if rounds_output:
         _atomic_csv(estimator.rounds_, rounds_output, index=False)
     rounds = estimator.rounds_
     status = "converged" if estimator.converged_ else "did not converge"
-    dropped = f", {len(estimator.dropped_)} worker(s) dropped out" if estimator.dropped_ else ""
+    dropped = (
+        f", {len(estimator.dropped_)} worker(s) dropped out (their answers leaked: "
+        "--allow-leaky-rerun)"
+        if estimator.dropped_
+        else ""
+    )
     click.echo(
         f"secure-em ({estimator.spec_.model}, {backend}"
         f"{', one process per worker' if processes else ''}): {data.n_tasks} tasks, "

@@ -111,10 +111,12 @@ def cost(
     seed: int = 0,
     key_bits: int = 2048,
     progress: Callable[[int], None] | None = None,
+    test_only_short_keys: bool = False,
 ) -> pd.DataFrame:
     """Per EM iteration, on synthetic binary crowds (5 answers per task): wall time, the
     requester's and the slowest worker's compute time, and bytes each way, for each
-    ``(backend, workers, tasks)``."""
+    ``(backend, workers, tasks)``. Paillier keys under 2048 bits need ``test_only_short_keys``
+    (they measure cost, and protect nothing)."""
     from ..secure import SecureEM
 
     rng = np.random.default_rng(seed)
@@ -125,7 +127,13 @@ def cost(
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            fit = SecureEM("binary", backend, max_iter=iterations, key_bits=key_bits).fit(answers)
+            fit = SecureEM(
+                "binary",
+                backend,
+                max_iter=iterations,
+                key_bits=key_bits,
+                test_only_short_keys=test_only_short_keys,
+            ).fit(answers)
         em = fit.rounds_[fit.rounds_.phase == "em"]
         rows.append(
             {

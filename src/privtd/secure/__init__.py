@@ -9,13 +9,26 @@ Needs ``pip install 'privtd[secure]'``.
 
 from __future__ import annotations
 
+from .campaign import Campaign
 from .models import MODELS, ModelSpec
-from .parties import BACKENDS, Requester, RoundStats, SecureRun, Transport, Worker
+from .parties import (
+    BACKENDS,
+    MIN_ANSWERS,
+    DropoutError,
+    Requester,
+    RoundStats,
+    SecureRun,
+    Transport,
+    Worker,
+)
 from .secure_em import SecureEM, split_by_worker
 from .transport import InProcessTransport, SocketTransport
 
 __all__ = [
     "BACKENDS",
+    "MIN_ANSWERS",
+    "Campaign",
+    "DropoutError",
     "MODELS",
     "InProcessTransport",
     "ModelSpec",

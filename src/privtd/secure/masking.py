@@ -8,9 +8,11 @@ it for ``u > v``, modulo ``2**64``. Every mask appears once with each sign, so t
 of the masked vectors is the sum of the codes, and each masked vector alone is uniform on
 ``[0, 2**64)`` to anyone who lacks the pair keys.
 
-Drop-outs: a worker that does not answer voids the round. The requester retries it without that
-worker, under a new attempt number, so every attempt uses fresh masks (a nonce is never reused
-under a key). Nothing is ever revealed to rebuild a missing mask. Workers refuse to mask for fewer
+Drop-outs: a worker that does not answer voids the round, and by default ends the run (a sum
+over fewer workers would reveal the missing one's contribution; ``docs/secure.md``). Where the
+requester is allowed to retry without that worker, it does so under a new attempt number, so
+every attempt uses fresh masks (a nonce is never reused under a key). Nothing is ever revealed
+to rebuild a missing mask. Workers refuse to mask for fewer
 than ``min_participants`` workers, and refuse to mask twice for one (round, attempt).
 
 All primitives come from ``cryptography`` (``pip install 'privtd[secure]'``).
@@ -58,7 +60,7 @@ class MaskingWorker:
         self.min_participants = min_participants
         self._private = x25519.X25519PrivateKey.generate()
         self._pair_keys: dict[int, bytes] = {}
-        self._used: set[tuple[int, int]] = set()
+        self._used: set[tuple[int, int, int]] = set()
         self._session = b""
 
     def setup(self, message: messages.Message) -> messages.Message:
@@ -92,10 +94,16 @@ class MaskingWorker:
             ).derive(shared)
 
     def protect(
-        self, codes: np.ndarray, round_: int, attempt: int, participants: list[int]
+        self,
+        codes: np.ndarray,
+        round_: int,
+        attempt: int,
+        participants: list[int],
+        phase: int = 0,
     ) -> messages.Message:
-        """The masked codes for this (round, attempt) among ``participants``."""
-        if (round_, attempt) in self._used:
+        """The masked codes for this (phase, round, attempt) among ``participants``; ``phase``
+        is 1 for the count round, 0 for the others."""
+        if (phase, round_, attempt) in self._used:
             raise ProtocolError(
                 f"Round {round_} attempt {attempt} was already masked; refusing to reuse its masks."
             )
@@ -109,22 +117,22 @@ class MaskingWorker:
             raise ProtocolError(
                 f"No pair key with worker(s) {missing[:5]}: they were not at setup."
             )
-        self._used.add((round_, attempt))
+        self._used.add((phase, round_, attempt))
         masked = codes.astype(np.uint64, copy=True)
         for peer in participants:
             if peer == self.worker_id:
                 continue
-            mask = self._mask(peer, round_, attempt, masked.size)
+            mask = self._mask(peer, round_, attempt, phase, masked.size)
             if self.worker_id < peer:
                 masked += mask
             else:
                 masked -= mask
         return {"masked": masked}
 
-    def _mask(self, peer: int, round_: int, attempt: int, n: int) -> np.ndarray:
-        # ChaCha20 takes a 4-byte block counter and a 12-byte nonce: (round, attempt) is unique
-        # per key, so no keystream is ever used twice.
-        nonce = struct.pack("<IIII", 0, round_, attempt, 0)
+    def _mask(self, peer: int, round_: int, attempt: int, phase: int, n: int) -> np.ndarray:
+        # ChaCha20 takes a 4-byte block counter and a 12-byte nonce: (round, attempt, phase) is
+        # unique per key, so no keystream is ever used twice.
+        nonce = struct.pack("<IIII", 0, round_, attempt, phase)
         stream = Cipher(algorithms.ChaCha20(self._pair_keys[peer], nonce), mode=None).encryptor()
         return np.frombuffer(stream.update(_zeros(8 * n)), dtype="<u8")
 

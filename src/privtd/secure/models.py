@@ -116,17 +116,25 @@ class ModelSpec:
 class LocalModel(ABC):
     """One worker's private answers and parameters; nothing here leaves the worker in the clear."""
 
-    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
+    def __init__(
+        self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray, *, allow_empty: bool = False
+    ) -> None:
         tasks = np.asarray(tasks, dtype=np.int64)
-        if tasks.size == 0:
+        if tasks.size == 0 and not allow_empty:
             raise ValidationError("A worker must hold at least one answer.")
-        if tasks.min() < 0 or tasks.max() >= spec.n_tasks:
+        if tasks.size and (tasks.min() < 0 or tasks.max() >= spec.n_tasks):
             raise ValidationError(f"Task codes must be in [0, {spec.n_tasks}).")
         if np.unique(tasks).size != tasks.size:
             raise ValidationError("A worker answers each task at most once.")
         self.spec = spec
         self.tasks = tasks
         self.values = np.asarray(values)
+
+    def answered(self) -> np.ndarray:
+        """Contribution ``(n_tasks, 1)`` to the count of answers per task: 1 where answered."""
+        out = np.zeros((self.spec.n_tasks, 1))
+        out[self.tasks] = 1.0
+        return out
 
     @abstractmethod
     def start(self) -> np.ndarray:
@@ -147,8 +155,10 @@ class LocalModel(ABC):
 
 
 class LocalBinary(LocalModel):
-    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
-        super().__init__(spec, tasks, values)
+    def __init__(
+        self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray, *, allow_empty: bool = False
+    ) -> None:
+        super().__init__(spec, tasks, values, allow_empty=allow_empty)
         if not np.isin(self.values, (0, 1)).all():
             raise ValidationError("Binary answers must be coded 0 or 1.")
         self.x = self.values.astype(np.float64)
@@ -174,8 +184,10 @@ class LocalBinary(LocalModel):
 
 
 class LocalMulticlass(LocalModel):
-    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
-        super().__init__(spec, tasks, values)
+    def __init__(
+        self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray, *, allow_empty: bool = False
+    ) -> None:
+        super().__init__(spec, tasks, values, allow_empty=allow_empty)
         k = spec.n_labels
         if not np.isin(self.values, np.arange(k)).all():
             raise ValidationError(f"Multiclass answers must be coded 0..{k - 1}.")
@@ -197,10 +209,12 @@ class LocalMulticlass(LocalModel):
 
 
 class LocalReal(LocalModel):
-    def __init__(self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray) -> None:
-        super().__init__(spec, tasks, values)
+    def __init__(
+        self, spec: ModelSpec, tasks: np.ndarray, values: np.ndarray, *, allow_empty: bool = False
+    ) -> None:
+        super().__init__(spec, tasks, values, allow_empty=allow_empty)
         x = self.values.astype(np.float64)
-        if not np.isfinite(x).all() or x.min() < spec.low or x.max() > spec.high:
+        if x.size and (not np.isfinite(x).all() or x.min() < spec.low or x.max() > spec.high):
             raise ValidationError(
                 "Real answers must be finite and inside the public range "
                 f"[{spec.low}, {spec.high}]."
@@ -212,6 +226,8 @@ class LocalReal(LocalModel):
         return self._dense(np.column_stack([self.x, np.ones_like(self.x)]))
 
     def update(self, state: np.ndarray) -> None:
+        if self.x.size == 0:  # no answer on a kept task: it contributes zeros
+            return
         residual = float(np.mean((self.x - state[self.tasks]) ** 2))
         self.precision = min(1.0 / max(residual, 1e-300), self.spec.gamma)
 

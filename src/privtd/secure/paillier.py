@@ -103,10 +103,18 @@ class PaillierWorker:
 
     name = "paillier"
 
-    def __init__(self, worker_id: int, min_participants: int = 3, key_bits: int = KEY_BITS) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        min_participants: int = 3,
+        key_bits: int = KEY_BITS,
+        *,
+        test_only_short_keys: bool = False,
+    ) -> None:
         self.worker_id = worker_id
         self.min_participants = min_participants
         self.key_bits = key_bits
+        self.test_only_short_keys = test_only_short_keys
         self._public: Any = None
         self._private: Any = None
         self._packing: Packing | None = None
@@ -115,6 +123,7 @@ class PaillierWorker:
         phe = _phe()
         if messages.field(message, "key_holder", bool):
             bits = messages.field(message, "key_bits", int)
+            self._refuse_short(bits)
             self._public, self._private = phe.generate_paillier_keypair(n_length=bits)
             return {"paillier_n": _int_bytes(self._public.n)}
         return {}
@@ -122,14 +131,27 @@ class PaillierWorker:
     def set_keys(self, message: messages.Message) -> None:
         phe = _phe()
         n = int.from_bytes(messages.field(message, "paillier_n", bytes), "big")
+        self._refuse_short(n.bit_length())
         if self._private is None:
             self._public = phe.PaillierPublicKey(n)
         self._packing = Packing(
             n, messages.field(message, "n_parties", int), messages.field(message, "value_bits", int)
         )
 
+    def _refuse_short(self, bits: int) -> None:
+        if bits < KEY_BITS and not self.test_only_short_keys:
+            raise ProtocolError(
+                f"Worker {self.worker_id} refuses a {bits}-bit Paillier key: keys under "
+                f"{KEY_BITS} bits can be factored, revealing every contribution."
+            )
+
     def protect(
-        self, codes: np.ndarray, round_: int, attempt: int, participants: list[int]
+        self,
+        codes: np.ndarray,
+        round_: int,
+        attempt: int,
+        participants: list[int],
+        phase: int = 0,
     ) -> messages.Message:
         if self._packing is None:
             raise ProtocolError("A round came before the Paillier key was set.")

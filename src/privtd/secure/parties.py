@@ -11,16 +11,22 @@ One EM iteration (SPEC B2.1):
 3. the requester combines the protected contributions into the sums, and only the sums;
 4. the requester computes the new posteriors and the class prior, and tests for convergence.
 
-The start is a secure sum too (votes per task, or answers and counts), so that the requester
-never sees a single answer, even at the start.
+Before EM, a first secure sum counts the answers per task; tasks with fewer than
+``min_answers`` answers are left out of every later sum (their sums would be one or two workers'
+own terms). The start is a secure sum too (votes per task, or answers and counts), so that the
+requester never sees a single answer, even at the start.
+
+A worker that drops out ends the run: a sum over fewer workers, set against the earlier sums,
+would reveal the missing worker's contribution (:class:`DropoutError`). Retrying without it
+needs ``allow_leaky_rerun``.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -28,6 +34,7 @@ import numpy as np
 
 from ..errors import ProtocolError, ValidationError
 from . import fixed_point, messages
+from .campaign import Campaign
 from .masking import MaskingAggregator, MaskingWorker
 from .models import (
     AGGREGATE_MODELS,
@@ -40,6 +47,26 @@ from .models import (
 from .paillier import KEY_BITS, PaillierAggregator, PaillierWorker, value_bits
 
 BACKENDS = ("masking", "paillier")
+#: Tasks with fewer answers than this are left out of every secure sum by default.
+MIN_ANSWERS = 3
+
+
+class DropoutError(ProtocolError):
+    """A worker dropped out of a secure run, and the run stopped rather than release a sum over
+    fewer workers (which, against the earlier sums, would reveal the missing worker's answers)."""
+
+
+def check_min_answers(min_answers: object) -> int:
+    """``min_answers`` as an int >= 2, or a ValidationError saying why."""
+    if isinstance(min_answers, bool) or not isinstance(min_answers, int | np.integer):
+        raise ValidationError(f"min_answers must be an integer >= 2. Got {min_answers!r}.")
+    if min_answers < 2:
+        raise ValidationError(
+            f"min_answers must be at least 2. Got {min_answers}: a task answered by one worker "
+            "has that worker's own terms as its secure sums, which would expose the worker. "
+            "Use 2 or more (--min-answers)."
+        )
+    return int(min_answers)
 
 
 class Worker:
@@ -47,6 +74,11 @@ class Worker:
 
     ``handle`` takes one request frame and returns one reply frame; a request that breaks the
     protocol gets an ``error`` reply naming what was wrong, and changes nothing.
+
+    The worker's own policy: it refuses rounds with fewer than ``min_participants`` workers,
+    rounds over another set of workers than at setup (unless ``allow_leaky_rerun``: a sum over
+    fewer workers reveals the missing ones' answers), and Paillier keys under 2048 bits (unless
+    ``test_only_short_keys``, for tests: such keys can be factored).
     """
 
     def __init__(
@@ -56,9 +88,16 @@ class Worker:
         values: np.ndarray,
         *,
         min_participants: int = 3,
+        allow_leaky_rerun: bool = False,
+        test_only_short_keys: bool = False,
     ) -> None:
         self.worker_id = int(worker_id)
         self.min_participants = min_participants
+        self.allow_leaky_rerun = allow_leaky_rerun
+        self.test_only_short_keys = test_only_short_keys
+        self._setup_participants: list[int] = []
+        self._spec: ModelSpec | None = None
+        self._kept = False
         self._tasks = np.asarray(tasks, dtype=np.int64)
         self._values = np.asarray(values)
         self.model: LocalModel | None = None
@@ -87,6 +126,8 @@ class Worker:
         if kind == "keys":
             self._sum.set_keys(message)
             return {"type": "ok"}
+        if kind == "keep":
+            return self._keep(message)
         if kind == "round":
             return self._round(message, self.model, self._sum)
         if kind == "decrypt" and isinstance(self._sum, PaillierWorker):
@@ -108,14 +149,51 @@ class Worker:
                 f"{self._fraction_bits} fraction bits leave too little range for "
                 f"{self._n_parties} workers' sums; lower fraction_bits."
             )
+        self._setup_participants = sorted(
+            int(p) for p in messages.field(message, "participants", list)
+        )
+        self._spec = spec
         self.model = LOCAL_MODELS[spec.model](spec, self._tasks, self._values)
+        self._kept = False
         if backend == "masking":
             self._sum = MaskingWorker(self.worker_id, self.min_participants)
         elif backend == "paillier":
-            self._sum = PaillierWorker(self.worker_id, self.min_participants)
+            self._sum = PaillierWorker(
+                self.worker_id,
+                self.min_participants,
+                test_only_short_keys=self.test_only_short_keys,
+            )
         else:
             raise ProtocolError(f"Unknown secure-sum backend {backend!r}.")
         return {"type": "setup_ok", **self._sum.setup(message)}
+
+    def _keep(self, message: messages.Message) -> messages.Message:
+        """Keep only the tasks with enough answers: the model is rebuilt on them alone."""
+        spec = self._spec
+        assert spec is not None
+        keep = messages.field(message, "tasks", np.ndarray)
+        if (
+            keep.dtype != np.int64
+            or keep.ndim != 1
+            or keep.size == 0
+            or keep.min() < 0
+            or keep.max() >= spec.n_tasks
+            or (np.diff(keep) <= 0).any()
+        ):
+            raise ProtocolError(
+                f"The kept tasks must be increasing task codes in [0, {spec.n_tasks})."
+            )
+        position = np.full(spec.n_tasks, -1, dtype=np.int64)
+        position[keep] = np.arange(keep.size)
+        mine = position[self._tasks] >= 0
+        self.model = LOCAL_MODELS[spec.model](
+            replace(spec, n_tasks=int(keep.size)),
+            position[self._tasks[mine]],
+            self._values[mine],
+            allow_empty=True,
+        )
+        self._kept = True
+        return {"type": "ok"}
 
     def _round(
         self, message: messages.Message, model: LocalModel, secure: MaskingWorker | PaillierWorker
@@ -125,7 +203,19 @@ class Worker:
         participants = [int(p) for p in messages.field(message, "participants", list)]
         if self.worker_id not in participants:
             raise ProtocolError(f"Worker {self.worker_id} is not among this round's participants.")
-        if messages.field(message, "phase", str) == "start":
+        if sorted(participants) != self._setup_participants and not self.allow_leaky_rerun:
+            raise ProtocolError(
+                f"Worker {self.worker_id} refuses round {round_}: its workers differ from those "
+                "at setup, and a sum over another set of workers, set against the earlier sums, "
+                "would reveal the missing workers' answers. This worker did not allow leaky "
+                "re-runs."
+            )
+        phase = messages.field(message, "phase", str)
+        if phase == "count":
+            values = model.answered()
+        elif not self._kept:
+            raise ProtocolError(f"A {phase!r} round came before the kept tasks were set.")
+        elif phase == "start":
             values = model.start()
         else:
             spec = model.spec
@@ -136,7 +226,9 @@ class Worker:
             model.update(state)
             values = model.contribution()
         codes = fixed_point.encode(values, self._fraction_bits, model.spec.max_abs * (1 + 1e-12))
-        protected = secure.protect(codes, round_, attempt, participants)
+        protected = secure.protect(
+            codes, round_, attempt, participants, phase=1 if phase == "count" else 0
+        )
         return {"type": "contribution", "round": round_, "attempt": attempt, **protected}
 
 
@@ -183,6 +275,8 @@ class SecureRun:
     rounds: list[RoundStats]
     dropped: list[int]
     model: AggregateModel
+    counts: np.ndarray
+    kept_tasks: np.ndarray
 
     def rounds_frame(self) -> Any:
         import pandas as pd
@@ -200,9 +294,19 @@ class Requester:
     backend : {"masking", "paillier"}
     tol, max_iter : the plain estimator's stopping rule (see :mod:`privtd.secure.models`).
     fraction_bits : fixed-point fraction bits (SPEC B2.2).
-    key_bits : Paillier modulus length.
-    max_attempts : how often a round is retried after drop-outs before the run fails.
+    key_bits : Paillier modulus length; under 2048 bits only with ``test_only_short_keys``.
+    max_attempts : how often a round is retried after drop-outs (with ``allow_leaky_rerun``).
     min_participants : the fewest workers a round may have.
+    min_answers : tasks with fewer answers (counted by a first secure sum) are left out of every
+        later sum, so that no released sum is one worker's own terms; at least 2.
+    allow_leaky_rerun : retry a round without a worker that dropped out, and run over another set
+        of workers than an earlier run of ``campaign``. Either releases sums over two sets of
+        workers, whose difference reveals the missing workers' answers. Off by default: a
+        drop-out raises :class:`DropoutError`.
+    campaign : the record of earlier runs (see :class:`~privtd.secure.campaign.Campaign`).
+    worker_names : each worker code's id, for messages and the campaign record.
+    test_only_short_keys : accept Paillier keys under 2048 bits (tests only: they can be
+        factored, which reveals every worker's contribution).
     on_round : called with each round's :class:`RoundStats` (progress reports).
     """
 
@@ -218,6 +322,11 @@ class Requester:
         key_bits: int = KEY_BITS,
         max_attempts: int = 3,
         min_participants: int = 3,
+        min_answers: int = MIN_ANSWERS,
+        allow_leaky_rerun: bool = False,
+        campaign: Campaign | None = None,
+        worker_names: Mapping[int, str] | None = None,
+        test_only_short_keys: bool = False,
         on_round: Callable[[RoundStats], None] | None = None,
     ) -> None:
         if backend not in BACKENDS:
@@ -237,7 +346,21 @@ class Requester:
                 f"fraction_bits={fraction_bits} does not fit: it must be in [8, 56] and leave room "
                 f"for sums of {len(transport.workers)} contributions up to {spec.max_abs:.3g}."
             )
+        if backend == "paillier" and key_bits < KEY_BITS and not test_only_short_keys:
+            raise ValidationError(
+                f"A {key_bits}-bit Paillier key can be factored, which would reveal every "
+                f"worker's contribution; privtd refuses keys under {KEY_BITS} bits (NIST SP "
+                f"800-57). Use key_bits >= {KEY_BITS} (--key-bits); shorter keys are for tests "
+                "only (test_only_short_keys=True)."
+            )
+        self.min_answers = check_min_answers(min_answers)
+        self.allow_leaky_rerun = allow_leaky_rerun
+        self.campaign = campaign
+        self.worker_names = dict(worker_names or {})
         self.spec = spec
+        self.kept_spec = spec
+        self.kept_tasks = np.arange(spec.n_tasks)
+        self.counts = np.zeros(spec.n_tasks, dtype=np.int64)
         self.transport = transport
         self.backend = backend
         self.tol = DEFAULT_TOL[spec.model] if tol is None else tol
@@ -252,14 +375,21 @@ class Requester:
             else PaillierAggregator(key_bits, value_bits(fraction_bits, spec.max_abs))
         )
         self.active = sorted(transport.workers)
+        #: Every worker that had a part in a sum handed to the requester.
+        self.released_with: set[int] = set()
         self.dropped: list[int] = []
         self.rounds: list[RoundStats] = []
         self._worker_seconds: list[float] = []
 
+    def _name(self, worker: int) -> str:
+        return self.worker_names.get(worker, str(worker))
+
     def run(self) -> SecureRun:
-        model = AGGREGATE_MODELS[self.spec.model](self.spec, self.tol)
+        if self.campaign is not None:
+            self.campaign.check(map(self._name, self.active), self.allow_leaky_rerun)
         try:
             self._setup()
+            model = self._count()
             start = self._secure_sums(0, "start", None)
             self._timed(lambda: model.start(start, len(self.active)))
             converged = False
@@ -272,8 +402,18 @@ class Requester:
             self._broadcast({"type": "done", "state": model.state})
         finally:
             self.transport.close()
+            if self.campaign is not None and self.released_with:
+                self.campaign.record(map(self._name, sorted(self.released_with)))
         return SecureRun(
-            model.state, n_iter, converged, model.objective, self.rounds, self.dropped, model
+            model.state,
+            n_iter,
+            converged,
+            model.objective,
+            self.rounds,
+            self.dropped,
+            model,
+            self.counts,
+            self.kept_tasks,
         )
 
     # ------------------------------------------------------------------ steps
@@ -288,6 +428,28 @@ class Requester:
             self.on_round(self.rounds[-1])
         return out
 
+    def _count(self) -> AggregateModel:
+        """The first secure sum, of answered-indicators: keep the tasks with enough answers."""
+        sums = self._secure_sums(0, "count", None)[:, 0]
+        AggregateModel._check(sums, 0.0, float(len(self.active)), "count")  # noqa: SLF001
+        counts = np.rint(sums)
+        if not np.allclose(sums, counts):
+            raise ProtocolError(
+                "The answer counts summed to non-integers; a count contribution was altered."
+            )
+        self.counts = counts.astype(np.int64)
+        self.kept_tasks = np.flatnonzero(self.counts >= self.min_answers).astype(np.int64)
+        if self.kept_tasks.size == 0:
+            raise ValidationError(
+                f"No task has at least min_answers={self.min_answers} answers (the most is "
+                f"{int(self.counts.max())}): every secure sum would expose one or two workers' "
+                "own terms, so nothing is inferred. Collect more answers per task, or lower "
+                "min_answers (at least 2)."
+            )
+        self.kept_spec = replace(self.spec, n_tasks=int(self.kept_tasks.size))
+        self._broadcast({"type": "keep", "tasks": self.kept_tasks})
+        return AGGREGATE_MODELS[self.spec.model](self.kept_spec, self.tol)
+
     def _setup(self) -> None:
         requests = {}
         for worker in self.active:
@@ -298,6 +460,7 @@ class Requester:
                     "backend": self.backend,
                     "fraction_bits": self.fraction_bits,
                     "n_parties": len(self.active),
+                    "participants": self.active,
                     **self.aggregator.setup_fields(worker),
                 }
             )
@@ -330,7 +493,11 @@ class Requester:
         return reply
 
     def _secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
-        n_values = self.spec.n_tasks * self.spec.n_sums
+        if phase == "count":
+            n_rows, n_cols = self.spec.n_tasks, 1
+        else:
+            n_rows, n_cols = self.kept_spec.n_tasks, self.kept_spec.n_sums
+        n_values = n_rows * n_cols
         started = time.perf_counter()
         sent, received = self.transport.bytes_sent, self.transport.bytes_received
         self._worker_seconds = []
@@ -356,6 +523,8 @@ class Requester:
                 # Void the attempt: its masked vectors do not cancel without the missing ones.
                 self.active = [w for w in self.active if w not in gone]
                 self.dropped.extend(gone)
+                if not self.allow_leaky_rerun:
+                    raise DropoutError(self._dropout_message(gone, round_, phase))
                 continue
             replies = {
                 w: self._reply(w, f, "contribution") for w, f in raw.items() if f is not None
@@ -365,7 +534,8 @@ class Requester:
                     raise ProtocolError(f"Worker {worker} answered for another round or attempt.")
             combine_started = time.perf_counter()
             codes = self.aggregator.combine(replies, n_values, self._decrypt)
-            sums = fixed_point.decode(codes, self.fraction_bits).reshape(self.spec.n_tasks, -1)
+            sums = fixed_point.decode(codes, self.fraction_bits).reshape(n_rows, n_cols)
+            self.released_with.update(self.active)
             self.rounds.append(
                 RoundStats(
                     round=round_,
@@ -385,6 +555,26 @@ class Requester:
             f"Round {round_} failed {self.max_attempts} times because workers dropped out; "
             "the run stops."
         )
+
+    def _dropout_message(self, gone: list[int], round_: int, phase: str) -> str:
+        names = ", ".join(repr(self._name(w)) for w in gone[:5]) + (
+            f" and {len(gone) - 5} more" if len(gone) > 5 else ""
+        )
+        if not self.released_with:
+            after = (
+                "No sum had been released in this run, so a re-run without them reveals "
+                "nothing of theirs here (an earlier run of the campaign may still forbid it); "
+                "re-run with the workers that remain, or with them back."
+            )
+        else:
+            after = (
+                "A sum over the workers that remain, set against the sums already released, "
+                "would reveal which tasks the missing worker(s) answered and their labels "
+                "(docs/secure.md, 'Drop-outs and re-runs'), so none was released. Re-run with "
+                "every worker back; a re-run without them reveals the same and needs "
+                "allow_leaky_rerun=True (--allow-leaky-rerun)."
+            )
+        return f"Worker(s) {names} dropped out in {phase} round {round_}; the run stops. {after}"
 
     def _decrypt(self, message: messages.Message) -> messages.Message:
         holder = getattr(self.aggregator, "key_holder", None)

@@ -4,10 +4,13 @@ The table is split by worker before anything starts: each :class:`~privtd.secure
 receives only its own rows, and the :class:`~privtd.secure.parties.Requester` receives only the
 public description (number of tasks, the label domain or answer range). With
 ``processes=True`` every worker runs in its own OS process.
+
+What the requester learns, and what ``min_answers`` and a drop-out do: ``docs/secure.md``.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +21,19 @@ import pandas as pd
 from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, ValidationError
 from . import fixed_point
+from .campaign import Campaign
 from .models import MODELS, ModelSpec
 from .paillier import KEY_BITS
-from .parties import BACKENDS, Requester, RoundStats, SecureRun, Transport, Worker
+from .parties import (
+    BACKENDS,
+    MIN_ANSWERS,
+    Requester,
+    RoundStats,
+    SecureRun,
+    Transport,
+    Worker,
+    check_min_answers,
+)
 from .transport import InProcessTransport, SocketTransport
 
 
@@ -52,19 +65,42 @@ class SecureEM:
     fraction_bits : int
         Fixed-point precision; each secure sum is off by at most ``J * 2**-(F+1)``.
     key_bits : int
-        Paillier modulus length (2048 by default; shorter keys only for tests).
+        Paillier modulus length, at least 2048 bits (shorter keys only with
+        ``test_only_short_keys``).
     eta, gamma
         Clip of the binary model; precision cap of the real model in units of the answer range.
     value_range : (low, high), optional
         The public answer range of the real model; defaults to the answers' declared range.
+    min_answers : int
+        At least 2, default 3. A first secure sum counts the answers of every task; tasks with
+        fewer are left out of every later sum, because their sums would be one or two workers'
+        own terms. Their truth is not inferred: NaN in ``truths_`` and ``probas_``, listed in
+        ``too_few_answers_`` ("too few answers to protect"), with a warning.
+    allow_leaky_rerun : bool
+        Off by default: a worker that drops out ends the run with
+        :class:`~privtd.secure.parties.DropoutError`, and no sum over the workers that remain is
+        released. On: the round is retried without it, and a fit over another set of workers
+        than an earlier fit of the same campaign goes on. **Either reveals which tasks the
+        missing workers answered and their labels** (the difference of two sums over two sets
+        of workers is their contribution; ``docs/secure.md``).
+    campaign : Campaign, path or None
+        The record of earlier runs that ``allow_leaky_rerun`` guards against. A path keeps the
+        record in a JSON file across processes; None keeps it in this object (every ``fit`` of
+        one SecureEM is one campaign). Runs that do not share a record are not linked.
     min_participants, max_attempts
-        The fewest workers a round may have; how often a round is retried after drop-outs.
+        The fewest workers a round may have; how often a round is retried after drop-outs
+        (with ``allow_leaky_rerun``).
+    test_only_short_keys : bool
+        Accept Paillier keys under 2048 bits. For tests only: such keys can be factored, which
+        reveals every worker's contribution.
     on_round : callable, optional
         Called with each round's :class:`~privtd.secure.parties.RoundStats`.
 
-    Fitted: ``truths_`` (Series by task id), ``probas_`` (categorical), ``n_iter_``,
-    ``converged_``, ``objective_``, ``rounds_`` (one row per round: time and bytes by party kind),
-    ``dropped_`` (worker ids that dropped out), ``run_``.
+    Fitted: ``truths_`` (Series by task id; NaN for the tasks with too few answers),
+    ``probas_`` (categorical), ``answer_counts_`` (per task: the requester learns them),
+    ``too_few_answers_`` (task ids left out), ``n_iter_``, ``converged_``, ``objective_``,
+    ``rounds_`` (one row per round: time and bytes by party kind), ``dropped_`` (worker ids that
+    dropped out; only with ``allow_leaky_rerun``), ``campaign_``, ``run_``.
     """
 
     def __init__(
@@ -80,9 +116,13 @@ class SecureEM:
         eta: float = 1e-6,
         gamma: float = 1e4,
         value_range: tuple[float, float] | None = None,
+        min_answers: int = MIN_ANSWERS,
+        allow_leaky_rerun: bool = False,
+        campaign: Campaign | str | os.PathLike[str] | None = None,
         min_participants: int = 3,
         max_attempts: int = 3,
         timeout: float = 120.0,
+        test_only_short_keys: bool = False,
         on_round: Callable[[RoundStats], None] | None = None,
     ) -> None:
         self.model = model
@@ -95,9 +135,13 @@ class SecureEM:
         self.eta = eta
         self.gamma = gamma
         self.value_range = value_range
+        self.min_answers = min_answers
+        self.allow_leaky_rerun = allow_leaky_rerun
+        self.campaign = campaign
         self.min_participants = min_participants
         self.max_attempts = max_attempts
         self.timeout = timeout
+        self.test_only_short_keys = test_only_short_keys
         self.on_round = on_round
 
     def spec_for(self, answers: Answers) -> ModelSpec:
@@ -134,8 +178,19 @@ class SecureEM:
         n_labels = answers.n_labels if answers.is_categorical else 2
         return ModelSpec(model, answers.n_tasks, n_labels, self.eta, self.gamma, low, high)
 
+    def _campaign(self) -> Campaign:
+        """The record of earlier runs: the given one, the file's, or this object's own."""
+        if isinstance(self.campaign, Campaign):
+            return self.campaign
+        if self.campaign is not None:
+            return Campaign.open(self.campaign)
+        if getattr(self, "campaign_", None) is None:
+            self.campaign_ = Campaign()
+        return self.campaign_
+
     def fit(self, answers: Answers | Any) -> SecureEM:
         answers = as_answers(answers)
+        check_min_answers(self.min_answers)
         spec = self.spec_for(answers)
         if spec.model == "real":
             lo, hi = spec.low, spec.high
@@ -146,15 +201,28 @@ class SecureEM:
                     "widen value_range."
                 )
         held = split_by_worker(answers)
+        # In this simulation every worker takes the same policy as the requester; a real worker
+        # sets its own (privtd.secure.Worker).
+        policy = {
+            "allow_leaky_rerun": self.allow_leaky_rerun,
+            "test_only_short_keys": self.test_only_short_keys,
+        }
+        campaign = self._campaign()
+        self.campaign_ = campaign
+        # Refuse a leaky re-run before any worker is started.
+        campaign.check((str(answers.workers[w]) for w in held), self.allow_leaky_rerun)
         transport: Transport
         if self.processes:
             transport = SocketTransport(
-                held, min_participants=self.min_participants, timeout=self.timeout
+                held,
+                min_participants=self.min_participants,
+                timeout=self.timeout,
+                worker_options=policy,
             )
             self.workers_: list[Worker] = []
         else:
             self.workers_ = [
-                Worker(w, tasks, values, min_participants=self.min_participants)
+                Worker(w, tasks, values, min_participants=self.min_participants, **policy)
                 for w, (tasks, values) in held.items()
             ]
             transport = InProcessTransport(self.workers_)
@@ -168,28 +236,55 @@ class SecureEM:
             key_bits=self.key_bits,
             max_attempts=self.max_attempts,
             min_participants=self.min_participants,
+            min_answers=self.min_answers,
+            allow_leaky_rerun=self.allow_leaky_rerun,
+            campaign=campaign,
+            worker_names={w: str(answers.workers[w]) for w in held},
+            test_only_short_keys=self.test_only_short_keys,
             on_round=self.on_round,
         )
-        run = requester.run()
+        try:
+            run = requester.run()
+        finally:
+            campaign.save()
         self._set_results(answers, spec, run)
         return self
 
     def _set_results(self, answers: Answers, spec: ModelSpec, run: SecureRun) -> None:
         self.run_ = run
         self.spec_ = spec
+        kept = run.kept_tasks
         state = run.state
+        self.answer_counts_ = pd.Series(run.counts, index=answers.tasks, name="answers")
+        left_out = np.ones(spec.n_tasks, dtype=bool)
+        left_out[kept] = False
+        self.too_few_answers_ = answers.tasks[left_out]
         if spec.model == "real":
-            self.truths_ = pd.Series(
-                spec.low + (spec.high - spec.low) * state, index=answers.tasks, name="truth"
-            )
+            truth = np.full(spec.n_tasks, np.nan)
+            truth[kept] = spec.low + (spec.high - spec.low) * state
+            self.truths_ = pd.Series(truth, index=answers.tasks, name="truth")
             self.probas_ = None
         else:
             assert answers.labels is not None
-            proba = np.column_stack([1.0 - state, state]) if spec.model == "binary" else state
-            self.truths_ = pd.Series(
-                answers.labels.take(proba.argmax(axis=1)), index=answers.tasks, name="truth"
-            )
+            proba = np.full((spec.n_tasks, spec.n_labels), np.nan)
+            proba[kept] = np.column_stack([1.0 - state, state]) if spec.model == "binary" else state
+            labels = answers.labels.take(proba[kept].argmax(axis=1))
+            if left_out.any():
+                values = np.full(spec.n_tasks, np.nan, dtype=object)
+                values[kept] = np.asarray(labels, dtype=object)
+                self.truths_ = pd.Series(values, index=answers.tasks, name="truth")
+            else:
+                self.truths_ = pd.Series(labels, index=answers.tasks, name="truth")
             self.probas_ = pd.DataFrame(proba, index=answers.tasks, columns=answers.labels)
+        if left_out.any():
+            warnings.warn(
+                f"{int(left_out.sum())} of {spec.n_tasks} task(s) have fewer than "
+                f"min_answers={check_min_answers(self.min_answers)} answers: too few answers to "
+                "protect. They were left out of every secure sum and their truth is not inferred "
+                "(NaN; listed in too_few_answers_).",
+                UserWarning,
+                stacklevel=3,
+            )
         self.n_iter_ = run.n_iter
         self.converged_ = run.converged
         self.objective_ = np.asarray(run.objective, dtype=float)

@@ -85,9 +85,11 @@ def serve_worker(
     tasks: np.ndarray,
     values: np.ndarray,
     min_participants: int,
+    options: dict[str, Any] | None = None,
 ) -> None:
-    """A worker process: connect to the requester, serve its requests until ``done``."""
-    worker = Worker(worker_id, tasks, values, min_participants=min_participants)
+    """A worker process: connect to the requester, serve its requests until ``done``.
+    ``options`` are the worker's own policy (:class:`~privtd.secure.parties.Worker`)."""
+    worker = Worker(worker_id, tasks, values, min_participants=min_participants, **(options or {}))
     with socket.create_connection(address) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _send(sock, messages.encode({"type": "hello", "worker": worker_id}))
@@ -116,6 +118,7 @@ class SocketTransport(Transport):
         min_participants: int = 3,
         timeout: float = 120.0,
         target: Callable[..., None] = serve_worker,
+        worker_options: dict[str, Any] | None = None,
     ) -> None:
         self.workers = sorted(worker_answers)
         self.bytes_sent = 0
@@ -129,7 +132,7 @@ class SocketTransport(Transport):
         self._processes = [
             context.Process(
                 target=target,
-                args=(address, w, tasks, values, min_participants),
+                args=(address, w, tasks, values, min_participants, worker_options),
                 daemon=True,
             )
             for w, (tasks, values) in worker_answers.items()

@@ -1,0 +1,303 @@
+"""Issue 31's attacks on the secure EM, as a semi-honest requester would run them.
+
+Each attack lives in ``benchmarks/attacks/`` (one command each) and is called from here:
+
+- drop-out (point 1): difference the sums of a round with every worker and of the same round,
+  or a re-run, without one; before the fix this recovered every label of the missing worker.
+- grouping (point 2): tasks answered by one worker carry that worker's own terms; before the
+  fix 20 groups of single-answer tasks named 20 workers and their parameters.
+
+Plus what the fixes promise: the opt-in leaks as documented, the campaign record, ``min_answers``
+and the equivalence with plain EM on the tasks kept, and the Paillier key-size floor.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import privtd
+from privtd.errors import ProtocolError, ValidationError
+from privtd.inference import LatentClass
+from privtd.secure import Campaign, DropoutError, SecureEM, messages
+from privtd.secure.paillier import PaillierWorker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "attacks"))
+
+import secure_dropout  # noqa: E402
+import secure_grouping  # noqa: E402
+from secure_common import binary_crowd, run_recorded  # noqa: E402
+
+SHORT = {"key_bits": 512, "test_only_short_keys": True}
+
+
+@pytest.fixture(scope="module")
+def dropout_crowd() -> tuple[privtd.Answers, int]:
+    return secure_dropout.scenario(0)
+
+
+@pytest.fixture(scope="module")
+def sparse_crowd() -> privtd.Answers:
+    return secure_grouping.scenario(0)
+
+
+# ------------------------------------------------------------------ point 1: drop-outs
+@pytest.mark.parametrize("drop_at", [3, 10])
+def test_dropout_attack_recovers_nothing_by_default(
+    dropout_crowd: tuple[privtd.Answers, int], drop_at: int
+) -> None:
+    answers, victim = dropout_crowd
+    result = secure_dropout.attack(answers, victim, drop_at=drop_at)
+    # The run stopped at the drop-out, and no sum over the remaining workers was released.
+    assert result.error is not None and "dropped out in em round" in result.error
+    assert "would reveal which tasks the missing worker(s) answered" in result.error
+    assert not result.reduced_released
+    assert result.labels_recovered == 0.0 and result.answered_accuracy is None
+    run = run_recorded(answers, drop=victim, drop_at=drop_at)
+    assert isinstance(run.error, DropoutError)
+    everyone = tuple(range(answers.n_workers))
+    assert run.releases and all(r.participants == everyone for r in run.releases)
+    assert [r.round for r in run.releases if r.phase == "em"] == list(range(1, drop_at))
+
+
+def test_a_rerun_without_a_worker_is_refused_by_default(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    answers, victim = dropout_crowd
+    result = secure_dropout.attack(answers, victim, mode="rerun", max_iter=30)
+    assert result.error is not None and "leaves out worker 'w" in result.error
+    assert "allow_leaky_rerun=True" in result.error
+    assert not result.reduced_released and result.labels_recovered == 0.0
+
+
+def test_with_the_flag_the_dropout_leaks_as_documented(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    answers, victim = dropout_crowd
+    # docs/secure.md: from round 10 on, the retried round gives away every task the missing
+    # worker answered and every label it gave; so does a re-run without it.
+    late = secure_dropout.attack(answers, victim, drop_at=10, allow_leaky_rerun=True)
+    assert late.reduced_released and late.answered_accuracy == 1.0
+    assert late.labels_recovered == 1.0
+    rerun = secure_dropout.attack(
+        answers, victim, mode="rerun", max_iter=100, allow_leaky_rerun=True
+    )
+    assert rerun.reduced_released and rerun.answered_accuracy is not None
+    assert rerun.answered_accuracy > 0.95 and rerun.labels_recovered > 0.95
+
+
+def test_paillier_dropout_also_ends_the_run() -> None:
+    answers, _ = binary_crowd(6, 40, 0.6, np.random.default_rng(3))
+    run = run_recorded(answers, drop=2, drop_at=2, backend="paillier", max_iter=4, **SHORT)
+    assert isinstance(run.error, DropoutError)
+    assert all(len(r.participants) == 6 for r in run.releases)
+
+
+def test_workers_refuse_a_round_over_fewer_workers_than_at_setup(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    # A requester that retries without a worker (or invents a drop-out) meets workers that did
+    # not allow leaky re-runs: they refuse, and nothing is summed.
+    answers, victim = dropout_crowd
+    from secure_common import DroppingWorker, RecordingRequester
+
+    from privtd.secure import InProcessTransport, Worker, split_by_worker
+
+    held = split_by_worker(answers)
+    workers = [
+        DroppingWorker(w, t, v, at=2) if w == victim else Worker(w, t, v)
+        for w, (t, v) in held.items()
+    ]
+    requester = RecordingRequester(
+        SecureEM().spec_for(answers), InProcessTransport(workers), allow_leaky_rerun=True
+    )
+    with pytest.raises(ProtocolError, match="did not allow leaky re-runs"):
+        requester.run()
+    assert all(len(r.participants) == len(held) for r in requester.releases)
+
+
+def test_the_campaign_record_links_fits_and_files(
+    dropout_crowd: tuple[privtd.Answers, int], tmp_path: Path
+) -> None:
+    answers, victim = dropout_crowd
+    without = answers.subset(answers.worker != victim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # One SecureEM object is one campaign.
+        est = SecureEM(max_iter=3)
+        est.fit(answers)
+        with pytest.raises(ValidationError, match="leaves out worker 'w"):
+            est.fit(without)
+        # A file links separate objects (and separate CLI runs).
+        record = tmp_path / "campaign.json"
+        SecureEM(max_iter=3, campaign=record).fit(answers)
+        assert Campaign.open(record).runs == [frozenset(map(str, answers.workers))]
+        with pytest.raises(ValidationError, match="leaves out"):
+            SecureEM(max_iter=3, campaign=record).fit(without)
+        # Adding a worker leaks the added one's answers the same way.
+        fresh = tmp_path / "fresh.json"
+        SecureEM(max_iter=3, campaign=fresh).fit(without)
+        with pytest.raises(ValidationError, match="adds worker"):
+            SecureEM(max_iter=3, campaign=fresh).fit(answers)
+        SecureEM(max_iter=3, campaign=record, allow_leaky_rerun=True).fit(without)
+        assert len(Campaign.open(record).runs) == 2
+        bad = tmp_path / "bad.json"
+        bad.write_text("not json")
+        with pytest.raises(ValidationError, match="not a privtd campaign file"):
+            SecureEM(campaign=bad).fit(answers)
+
+
+# ------------------------------------------------------------------ point 2: few answers
+@pytest.mark.parametrize("min_answers", [None, 2])
+def test_grouping_attack_finds_no_group_of_one(
+    sparse_crowd: privtd.Answers, min_answers: int | None
+) -> None:
+    options = {} if min_answers is None else {"min_answers": min_answers}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = secure_grouping.attack(sparse_crowd, **options)
+    counts = np.bincount(sparse_crowd.task, minlength=sparse_crowd.n_tasks)
+    assert result.n_single == int((counts == 1).sum()) > 100
+    assert result.n_single_in_sums == 0
+    assert result.groups_of_one == 0 and result.workers_exposed == 0
+    assert result.min_answers_in_sums >= (min_answers or 3)
+
+
+def test_tasks_with_too_few_answers_get_no_truth_and_the_rest_equal_plain_em(
+    sparse_crowd: privtd.Answers,
+) -> None:
+    # 60 iterations keep the test fast: both sides stop at the same point.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        with pytest.warns(UserWarning, match="too few answers to protect"):
+            secure = SecureEM(max_iter=60).fit(sparse_crowd)
+    counts = np.bincount(sparse_crowd.task, minlength=sparse_crowd.n_tasks)
+    few = counts < 3
+    np.testing.assert_array_equal(secure.answer_counts_, counts)
+    assert list(secure.too_few_answers_) == list(sparse_crowd.tasks[few])
+    assert secure.truths_[few].isna().all() and secure.truths_[~few].notna().all()
+    assert secure.probas_[few].isna().all().all()
+    # On the tasks kept, the secure run is plain EM on those tasks alone.
+    kept = sparse_crowd.subset(~few[sparse_crowd.task])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        plain = LatentClass(max_iter=60).fit(kept)
+    assert secure.n_iter_ == plain.n_iter_
+    ours = secure.probas_.loc[kept.tasks].to_numpy()
+    bound = 1e3 * 2 * privtd.secure.fixed_point.sum_error_bound(40, sparse_crowd.n_workers)
+    assert np.abs(ours - plain.probas_.to_numpy()).max() <= bound
+    assert (secure.truths_.loc[kept.tasks] == plain.truths_).all()
+
+
+def test_min_answers_is_checked(sparse_crowd: privtd.Answers) -> None:
+    with pytest.raises(ValidationError, match="min_answers must be at least 2. Got 1"):
+        SecureEM(min_answers=1).fit(sparse_crowd)
+    with pytest.raises(ValidationError, match="No task has at least min_answers=50"):
+        SecureEM(min_answers=50).fit(sparse_crowd)
+
+
+def test_the_requester_never_sums_a_task_with_too_few_answers(
+    sparse_crowd: privtd.Answers,
+) -> None:
+    # Not even the start sums (votes), which for a single answer would be the label itself.
+    run = run_recorded(sparse_crowd, max_iter=3)
+    counts = np.bincount(sparse_crowd.task, minlength=sparse_crowd.n_tasks)
+    count_round, *later = run.releases
+    assert count_round.phase == "count" and count_round.rows.size == sparse_crowd.n_tasks
+    assert [r.phase for r in later] == ["start", "em", "em", "em"]
+    for release in later:
+        assert counts[release.rows].min() >= 3
+
+
+# ------------------------------------------------------------------ point 7: key size
+def test_short_paillier_keys_are_refused(sparse_crowd: privtd.Answers) -> None:
+    with pytest.raises(ValidationError, match="A 1024-bit Paillier key can be factored"):
+        SecureEM(backend="paillier", key_bits=1024).fit(sparse_crowd)
+    # Each worker refuses a short key too, whoever made it.
+    worker = PaillierWorker(0)
+    with pytest.raises(ProtocolError, match="refuses a 512-bit Paillier key"):
+        worker.setup({"type": "setup", "key_holder": True, "key_bits": 512})
+    n = (1 << 511) + 1
+    with pytest.raises(ProtocolError, match="refuses a 512-bit Paillier key"):
+        worker.set_keys(
+            messages.decode(
+                messages.encode(
+                    {"paillier_n": n.to_bytes(64, "big"), "n_parties": 3, "value_bits": 46}
+                )
+            )
+        )
+
+
+# ------------------------------------------------------------------ where the user meets it
+def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from privtd.cli import main
+
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write_csv(answers: privtd.Answers, path: Path) -> Path:
+    import pandas as pd
+
+    assert answers.labels is not None
+    pd.DataFrame(
+        {
+            "task": answers.tasks[answers.task],
+            "worker": answers.workers[answers.worker],
+            "answer": answers.labels[answers.value],
+        }
+    ).to_csv(path, index=False)
+    return path
+
+
+def test_secure_em_cli_reports_tasks_with_too_few_answers(
+    sparse_crowd: privtd.Answers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    path = write_csv(sparse_crowd, tmp_path / "sparse.csv")
+    out = tmp_path / "truths.csv"
+    code, _, err = cli(["secure-em", str(path), "-q", "--max-iter", "5", "-o", str(out)], capsys)
+    few = int((np.bincount(sparse_crowd.task) < 3).sum())
+    assert code == 0, err
+    assert (
+        f"note: {few} of {sparse_crowd.n_tasks} task(s) have fewer than 3 answers: too few " in err
+    )
+    truths = pd.read_csv(out)
+    assert len(truths) == sparse_crowd.n_tasks and int(truths.truth.isna().sum()) == few
+    for args, message in (
+        (["--min-answers", "1"], "min_answers must be at least 2. Got 1"),
+        (["--backend", "paillier", "--key-bits", "1024"], "A 1024-bit Paillier key can be"),
+    ):
+        code, _, err = cli(["secure-em", str(path), "-q", *args], capsys)
+        assert code == 2 and message in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+    code, text, _ = cli(["secure-em", "--help"], capsys)
+    flat = " ".join(text.split())
+    assert "REVEALS ANSWERS" in flat and "a drop-out stops the run" in flat
+    assert "Tasks with fewer than K answers" in flat and "stops the run" in flat
+
+
+def test_secure_em_cli_refuses_a_rerun_without_a_worker(
+    dropout_crowd: tuple[privtd.Answers, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers, victim = dropout_crowd
+    full = write_csv(answers, tmp_path / "all.csv")
+    reduced = write_csv(answers.subset(answers.worker != victim), tmp_path / "without.csv")
+    record = str(tmp_path / "campaign.json")
+    base = ["-q", "--max-iter", "3", "--campaign", record, "-o", str(tmp_path / "t.csv")]
+    code, _, err = cli(["secure-em", str(full), *base], capsys)
+    assert code == 0, err
+    code, _, err = cli(["secure-em", str(reduced), *base], capsys)
+    assert code == 2 and "leaves out worker" in err and "--allow-leaky-rerun" in err
+    code, _, err = cli(["secure-em", str(reduced), *base, "--allow-leaky-rerun"], capsys)
+    assert code == 0, err
