@@ -283,6 +283,24 @@ def test_one_secret_scale_per_call():
     assert np.quantile(spreads, 0.9) > 2.5 * np.quantile(spreads, 0.1)
 
 
+def test_the_grid_is_the_same_doubles_as_in_python():
+    # discrete.md's grid: n = floor((high - low) / g + 0.5), k = floor((x - low) / g + 0.5)
+    # clipped to [0, n], release low + k' * g; IEEE arithmetic makes Python's the same doubles.
+    low, high = -3.7, 12.1
+    g = (high - low) / 1024
+    xs = [low, high, *np.random.default_rng(0).uniform(low, high, 2000).tolist()]
+    steps = list(range(-3000, 3000, 7))
+    out = node(f"""
+      const grid = E.expGaussianGrid({{ low: {low}, high: {high}, granularity: {g!r} }});
+      const xs = {json.dumps(xs)}, steps = {json.dumps(steps)};
+      process.stdout.write(JSON.stringify([grid.n, xs.map(grid.code),
+                                           steps.map((j) => grid.low + j * grid.g)]));
+    """)
+    n = int(np.floor((high - low) / g + 0.5))
+    codes = [min(n, max(0, int(np.floor((x - low) / g + 0.5)))) for x in xs]
+    assert out == [n, codes, [low + j * g for j in steps]]
+
+
 EG = {"name": "exp-gaussian", "params": {"rate": 0.5, "low": 0, "high": 10, "granularity": 0.5}}
 LAP = {"name": "laplace", "params": {"scale": 5, "low": 1, "high": 5, "fill": None}}
 
