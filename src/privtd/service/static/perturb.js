@@ -1,7 +1,10 @@
 // privtd's local mechanisms in the browser: the same output laws as privtd.mechanisms, drawn
 // from the browser's cryptographically secure generator (crypto.getRandomValues). Only the
 // perturbed values leave the page. tests/test_service_browser.py checks each law against the
-// Python mechanism's with a chi-square test.
+// Python mechanism's with a chi-square test. The numeric mechanisms release on a public grid with
+// exact discrete noise (exact.js; tests/test_page_exact.py).
+
+import { releaseExpGaussian, releaseLaplace } from "./exact.js";
 
 // A uniform double in [0, 1) with 53 random bits.
 export function uniform() {
@@ -21,16 +24,6 @@ function flip(code, f, n) {
   return other >= code ? other + 1 : other;
 }
 
-function normal() {
-  // Box-Muller; 1 - uniform() is in (0, 1], so the log is finite.
-  return Math.sqrt(-2 * Math.log(1 - uniform())) * Math.cos(2 * Math.PI * uniform());
-}
-
-function laplace(scale) {
-  const u = uniform() - 0.5;
-  return -scale * Math.sign(u) * Math.log1p(-2 * Math.abs(u));
-}
-
 // One worker's release. `answers` maps task key -> answer (a label, or a number);
 // `tasks` is the campaign's task list (for the whole-row mechanisms); returns [[task, value]].
 export function perturbWorker(mechanism, answers, labels, tasks) {
@@ -48,14 +41,9 @@ export function perturbWorker(mechanism, answers, labels, tasks) {
         return [task, labels[flip(code, f, labels.length)]];
       });
     }
-    case "exp-gaussian": {
-      const variance = -Math.log(1 - uniform()) / p.rate; // v ~ Exp(rate), once per release
-      return entries.map(([task, answer]) => {
-        const x = Number(answer);
-        if (!(x >= p.low && x <= p.high)) throw new Error(`answer ${answer} outside [${p.low}, ${p.high}]`);
-        return [task, x + Math.sqrt(variance) * normal()];
-      });
-    }
+    case "exp-gaussian":
+      // One secret variance per call: the page releases all of a worker's answers in one call.
+      return releaseExpGaussian(p, answers);
     case "krr-null":
     case "two-layer-null": {
       const g = p.high - p.low + 1;
@@ -73,11 +61,7 @@ export function perturbWorker(mechanism, answers, labels, tasks) {
       });
     }
     case "laplace":
-      return tasks.map((task) => {
-        const base = task in answers ? Number(answers[task])
-          : p.fill === null || p.fill === undefined ? p.low + pick(p.high - p.low + 1) : p.fill;
-        return [task, base + laplace(p.scale)];
-      });
+      return releaseLaplace(p, answers, tasks);
     default:
       throw new Error(`mechanism ${mechanism.name} is not available in the browser`);
   }
