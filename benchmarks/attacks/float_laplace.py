@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--real", action="store_true", help="real (unseeded) releases")
     args = parser.parse_args(argv)
     rng = None if args.real else args.seed
-    lap = LaplaceNull.from_epsilon(1.0, low=0, high=4)
+    lap = LaplaceNull(5.0, low=0, high=4)  # the case: scale 5 (P3: epsilon 1)
     print(f"laplace {lap.params()} epsilon {lap.epsilon:g}")
     for x, x2 in ((0.0, 1.0), (2.0, 3.0), (0.0, 4.0)):
         frac = excluded_fraction(lap, x, x2, args.releases, rng)
