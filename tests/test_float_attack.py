@@ -277,3 +277,36 @@ def test_null_aware_perturb_worker_is_linear_in_the_tasks():
     _CountedTask.calls = 0
     KRRNull.from_epsilon(1.0, 0, 4).perturb_worker(answers, tasks=tasks, rng=1)
     assert _CountedTask.calls <= 10 * n
+
+
+def _cli(args, capsys):
+    from privtd.cli import main
+
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.err
+
+
+def test_cli_real_and_seeded_numeric_releases(tmp_path, capsys, monkeypatch):
+    csv = tmp_path / "a.csv"
+    csv.write_text("task,worker,answer\nt1,w1,1.5\nt2,w1,9.25\nt1,w2,0\n")
+    args = ["perturb", str(csv), "-M", "exp-gaussian", "-e", "1", "-p", "low=0", "-p", "high=10"]
+    out = tmp_path / "o.csv"
+    code, _ = _cli([*args, "--seed", "3", "-o", str(out)], capsys)
+    first = out.read_text()
+    code2, _ = _cli([*args, "--seed", "3", "-o", str(out)], capsys)
+    assert code == code2 == 0 and out.read_text() == first  # seeded: reproducible
+    values = pd.read_csv(out)["answer"].to_numpy()
+    g = 10 / 1024
+    assert (0.0 + np.round(values / g) * g == values).all()  # on the public grid
+    code, _ = _cli([*args, "-o", str(out)], capsys)  # real: OpenDP
+    assert code == 0
+    monkeypatch.setitem(sys.modules, "opendp", None)
+    monkeypatch.setitem(sys.modules, "opendp.prelude", None)
+    code, err = _cli([*args, "-o", str(out)], capsys)
+    assert code != 0 and "pip install 'privtd[dp]'" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -111,14 +111,22 @@ class NullAwareMechanism(ScoreDomain):
     ) -> list[Any]:
         """Record-local: the worker's answers ``{task: score}`` in; its perturbed row over the
         public task list ``tasks`` out (``None`` where the output is NULL)."""
-        # One hash set of the task list, built once: linear in the tasks and the answers.
-        listed = set(tasks)
-        unknown = [t for t in answers if t not in listed]
+        # One dict of the task list, built once: linear in the tasks and the answers.
+        position = {t: i for i, t in enumerate(tasks)}
+        unknown = [t for t in answers if t not in position]
         if unknown:
             raise ValidationError(f"Answers name task(s) {unknown[:3]} not in the task list.")
-        values = np.fromiter(
-            (float(answers.get(t, np.nan)) for t in tasks), dtype=float, count=len(tasks)
-        )
+        values = np.full(len(tasks), np.nan)
+        if answers:
+            cells = np.fromiter((position[t] for t in answers), dtype=np.int64, count=len(answers))
+            try:
+                values[cells] = np.fromiter(
+                    (float(v) for v in answers.values()), dtype=float, count=len(answers)
+                )
+            except (TypeError, ValueError):
+                raise ValidationError(
+                    f"{type(self).__name__} perturbs integer scores; got non-numeric answers."
+                ) from None
         self._check_values(values)
         if budget is not None:
             budget.charge(self.guarantee, len(tasks))
@@ -128,7 +136,7 @@ class NullAwareMechanism(ScoreDomain):
         out = self._perturb_cells(
             values, np.zeros(len(tasks), dtype=np.int64), draws, worker_hash, task_hash
         )
-        return [None if np.isnan(v) else float(v) for v in out]
+        return [None if v != v else v for v in out.tolist()]  # NaN (NULL) -> None
 
 
 @dataclass(frozen=True)
