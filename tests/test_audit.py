@@ -80,12 +80,14 @@ def test_bad_audit_arguments():
         audit(OneLayerRR.from_epsilon(1.0), samples=10)
 
 
-def test_laplace_null_claim_is_conservative():
-    # P3 takes |Gamma| as the sensitivity, though a cell moves by at most |Gamma| - 1: the
-    # measured loss sits near (|Gamma| - 1) / |Gamma| of the claim (0.8 for |Gamma| = 5).
-    result = audit(LaplaceNull.from_epsilon(1.0, low=0, high=4), samples=200_000, seed=5)
-    assert result.holds and not result.tight
-    assert 0.7 < result.lower_bound <= 0.8
+def test_laplace_null_claim_is_exact_on_the_grid():
+    # A cell moves by at most high - low grid steps, so discrete Laplace noise of scale
+    # (high - low) / epsilon is exactly epsilon and tight; P3's |Gamma| / scale (1.0 for the
+    # scale 5 below) would be conservative, privtd states the exact 0.8.
+    for mech in (LaplaceNull.from_epsilon(1.0, low=0, high=4), LaplaceNull(5.0, low=0, high=4)):
+        result = audit(mech, samples=200_000, seed=5)
+        assert result.holds and result.tight, (mech, result)
+    assert LaplaceNull(5.0, low=0, high=4).epsilon == pytest.approx(0.8)
 
 
 def test_matrix_factorisation_claim_holds():

@@ -32,7 +32,10 @@ def test_keep_probability_oracle_and_inverse():
     assert m.keep == pytest.approx(math.exp(3) / (5 + math.exp(3)))
     assert m.epsilon == pytest.approx(3.0)
     lp = LaplaceNull.from_epsilon(1.0, low=0, high=9)
-    assert lp.scale == pytest.approx(10.0) and lp.epsilon == pytest.approx(1.0)
+    # Tight on the integer grid: a cell moves by at most high - low = 9 steps.
+    assert lp.scale == pytest.approx(9.0) and lp.epsilon == pytest.approx(1.0)
+    # P3's calibration, |Gamma| / epsilon, is stated at its exact value on the grid.
+    assert LaplaceNull(10.0, 0, 9).epsilon == pytest.approx(0.9)
 
 
 def test_krr_null_output_law_and_tightness():
@@ -55,7 +58,7 @@ def test_krr_null_output_law_and_tightness():
 
 
 def test_laplace_null_output():
-    m = LaplaceNull.from_epsilon(2.0, low=0, high=4)  # scale 2.5
+    m = LaplaceNull(2.5, low=0, high=4)  # P3's calibration for epsilon 2; exactly 1.6
     data = sparse(300, 400, value=1, answered=0.3, seed=3)
     out = m.perturb(data, rng=4)
     assert out.n_answers == 300 * 400  # a complete real-valued row per worker
@@ -64,12 +67,18 @@ def test_laplace_null_output():
     grid = np.empty((300, 400))
     grid[out.worker, out.task] = out.value
     noise = grid[answered] - 1.0
-    assert stats.kstest(noise[:20000], stats.laplace(scale=2.5).cdf).pvalue > 1e-3
+    assert (noise == np.round(noise)).all()  # on the integer grid
+    # Discrete Laplace: P(|J| = k) = 2 (1 - p) p^k / (1 + p), k >= 1. Pool |J| >= 8.
+    p = math.exp(-1 / 2.5)
+    k = np.minimum(np.abs(noise).astype(int), 8)
+    expected = np.array([(1 - p) / (1 + p)] + [2 * (1 - p) * p**i / (1 + p) for i in range(1, 8)])
+    expected = np.append(expected, 1 - expected.sum()) * k.size
+    assert stats.chisquare(np.bincount(k, minlength=9), expected).pvalue > 1e-3
     # NULLs are filled uniformly on {0..4}: mean 2, plus zero-mean noise.
     nulls = grid[~answered]
-    sd = math.sqrt(2.0 + 2 * 2.5**2)
+    sd = math.sqrt(2.0 + 2 * p / (1 - p) ** 2)
     assert abs(nulls.mean() - 2.0) < 4 * sd / math.sqrt(nulls.size)
-    constant = LaplaceNull.from_epsilon(2.0, low=0, high=4, fill=0.0).perturb(data, rng=4)
+    constant = LaplaceNull(2.5, low=0, high=4, fill=0.0).perturb(data, rng=4)
     grid[constant.worker, constant.task] = constant.value
     assert abs(grid[~answered].mean()) < 4 * 2.5 * math.sqrt(2) / math.sqrt(nulls.size)
 
@@ -134,7 +143,7 @@ def test_bad_input():
         KRRNull.from_epsilon(1.0, 0, 4).perturb_worker({"z": 1}, tasks=["a"])
     with pytest.raises(ValidationError, match="low < high"):
         LaplaceNull(1.0, 3, 3)
-    with pytest.raises(ValidationError, match="'fill' of LaplaceNull must lie in"):
+    with pytest.raises(ValidationError, match="'fill' of LaplaceNull must be an integer in"):
         LaplaceNull(1.0, 0, 4, fill=9.0)
     with pytest.raises(ValidationError, match="'epsilon' parameter of LaplaceNull"):
         LaplaceNull.from_epsilon(0.0, 0, 4)

@@ -494,7 +494,13 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     help="Target per-answer epsilon; the mechanism is calibrated to it.",
 )
 @mechanism_params("e.g. -p a=0.1; or -p f=0.3 without --epsilon")
-@click.option("--seed", type=int, help="Integer seed (simulation). Without it: fresh OS entropy.")
+@click.option(
+    "--seed",
+    type=int,
+    help="Integer seed: a reproducible simulation from privtd's fast keyed generator (not "
+    "cryptographic). Without it: a real release, drawn from the OS cryptographic generator "
+    "(numeric noise by OpenDP's exact samplers: pip install 'privtd[dp]').",
+)
 @click.option(
     "--output",
     "-o",
@@ -518,7 +524,15 @@ def perturb(
     report: str | None,
     on_duplicate: str,
 ) -> None:
-    """Perturb ANSWERS as each worker would on their device (simulation of collection)."""
+    """Perturb ANSWERS as each worker would on their device.
+
+    Without --seed this is a real release: categorical mechanisms draw from the OS
+    cryptographic generator (os.urandom), numeric ones (laplace, exp-gaussian) release points
+    of a public grid with exact discrete Laplace or Gaussian noise from OpenDP, so no release
+    rules out a neighbouring answer through floating point. With --seed it is a simulation of
+    the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
+    real-valued: its guarantee holds for real arithmetic only (docs/privacy.md).
+    """
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
@@ -538,6 +552,13 @@ def perturb(
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
     mech = make_mechanism(mechanism, epsilon, **params)
+    if seed is None and mechanism == "mf":
+        click.echo(
+            "privtd: warning: mf releases floating-point least-squares rows; its guarantee "
+            "holds for real arithmetic only and the floating-point leak (Mironov 2012) is not "
+            "closed (docs/privacy.md).",
+            err=True,
+        )
     perturbed = mech.perturb(data, rng=seed)
     summary: dict[str, Any] = {
         "mechanism": mechanism,

@@ -55,7 +55,9 @@ def synthetic(
 
 def _mechanism(name: str, eps: float, low: int, high: int, n_tasks: int, d: int) -> Mechanism:
     if name == "lp":
-        return LaplaceNull.from_epsilon(eps, low, high)
+        # P3's calibration, scale |Gamma| / eps (its figures' noise); exactly
+        # (|Gamma| - 1) / |Gamma| of eps on the integer grid.
+        return LaplaceNull((high - low + 1) / eps, low, high)
     if name == "rr":
         return KRRNull.from_epsilon(eps, low, high)
     if name == "two_layer":

@@ -3,12 +3,18 @@
 With an integer seed, every random draw is a counter-based function of (seed, stream, worker
 id, task id): a SplitMix64 hash of the ids' stable 64-bit hashes. A worker perturbing its own
 answers on its device and a simulation perturbing the whole answer set therefore draw the very
-same numbers, in any order, fully vectorised. With a Generator (or None, which draws fresh OS
-entropy for real collection) the draws come from that generator in order.
+same numbers, in any order, fully vectorised. With a Generator the draws come from that
+generator in order. Both are simulation: fast, reproducible, not cryptographic.
+
+With ``rng=None`` (a real release: ``privtd perturb`` without ``--seed``, ``privtd.client``,
+the service's workers) the uniforms come from the operating system's cryptographic generator
+(``os.urandom``), never from numpy's PCG64, whose state an observer of enough outputs could
+reconstruct.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,28 +47,42 @@ def id_hashes(ids: Sequence[Any] | pd.Index | np.ndarray) -> np.ndarray:
     return pd.util.hash_array(values, categorize=False)
 
 
+def secure_uniform(shape: int | tuple[int, ...]) -> np.ndarray:
+    """Uniform [0, 1) doubles on the 2^-53 grid from the OS cryptographic generator."""
+    n = int(np.prod(shape))
+    bits = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
+    return (bits.astype(np.float64) * (1.0 / 9007199254740992.0)).reshape(shape)
+
+
 class Draws:
-    """Uniform [0, 1) draws for (worker, task) cells, from a seed or from a Generator."""
+    """Uniform [0, 1) draws for (worker, task) cells: keyed by a seed, from a Generator
+    (simulation), or from the OS cryptographic generator (``None``: a real release)."""
 
     def __init__(self, rng: RNGLike) -> None:
+        self.seed: int | None = None
+        self.generator: np.random.Generator | None = None
         if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
             check_rng(rng)  # validates the seed (non-negative)
-            self.seed: int | None = int(rng)
-            self.generator: np.random.Generator | None = None
-        else:
-            self.seed = None
+            self.seed = int(rng)
+        elif rng is not None:
             self.generator = check_rng(rng)
 
     @property
     def keyed(self) -> bool:
         return self.seed is not None
 
+    @property
+    def real(self) -> bool:
+        """A real release: draws from the OS cryptographic generator, exact noise via OpenDP."""
+        return self.seed is None and self.generator is None
+
     def uniform(self, stream: int, worker_hash: np.ndarray, task_hash: np.ndarray) -> np.ndarray:
         """One draw per cell; ``worker_hash`` and ``task_hash`` broadcast against each other."""
-        if self.generator is not None:
+        if self.seed is None:
             shape = np.broadcast_shapes(np.shape(worker_hash), np.shape(task_hash))
+            if self.generator is None:
+                return secure_uniform(shape)
             return self.generator.random(shape)
-        assert self.seed is not None
         with np.errstate(over="ignore"):
             key = _splitmix(np.uint64(self.seed) ^ _splitmix(np.uint64(stream) + _GOLDEN))
             x = _splitmix(key ^ np.asarray(worker_hash, dtype=np.uint64))

@@ -1,5 +1,7 @@
 """P1's mechanism for continuous answers: Gaussian noise whose variance each worker draws once
-from an exponential distribution (Li et al., ICDCS 2020; SPEC B1.2, B1.5, C1)."""
+from an exponential distribution (Li et al., ICDCS 2020), released on a public grid with the
+discrete Gaussian (Canonne, Kamath, Steinke, NeurIPS 2020) so that floating point leaks nothing
+(Mironov, CCS 2012)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,16 @@ from scipy import integrate, stats
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import CellMechanism, Unit
+from ._discrete import dgaussian_log_norm, opendp_gaussian, sample_dgaussian
 from ._random import Draws
 
-# Streams: two uniforms per cell for the normal draw, one per worker for its variance.
-_NORMAL_A, _NORMAL_B, _WORKER_VAR = 11, 12, 13
+# Streams: one uniform per worker for its variance; the discrete Gaussian's rejection rounds
+# use three streams per round from _NORMAL on.
+_WORKER_VAR, _NORMAL = 13, 100
+#: The worker's noise standard deviation, in grid steps, is rounded to a multiple of 2^-30.
+_SIGMA_QUANTUM = 2.0**30
+#: The default grid: the declared range in 1024 steps.
+DEFAULT_STEPS = 1024
 
 
 def _finite_positive(owner: str, name: str, value: float) -> float:
@@ -45,29 +53,47 @@ def gaussian_delta(epsilon: float, mu: np.ndarray | float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ExpGaussian(CellMechanism):
-    """Each worker privately draws a noise variance ``v_u ~ Exp(rate)`` (mean ``1 / rate``) once,
-    and adds ``N(0, v_u)`` noise to each of its answers (SPEC B1.2). ``low`` and ``high`` declare
-    the answer range; its width is the sensitivity ``Delta``.
+    """Each worker privately draws a noise variance ``v_u ~ Exp(rate)`` (mean ``1 / rate``, in
+    squared answer units) once, and adds Gaussian noise of that variance to each of its answers
+    (Li et al., ICDCS 2020). ``low`` and ``high`` declare the answer range.
 
-    Guarantee (derived, SPEC B1.5 result 1, exact)
-        A zero-mean Gaussian whose variance is Exp(rate) is exactly Laplace with scale
-        ``1 / sqrt(2 rate)``, so one report is pure ``epsilon = Delta sqrt(2 rate)`` LDP, tight.
-    Caveat (SPEC B1.5 result 2, C3b)
+    The public grid
+        Releases lie on ``low + J * g``, ``g = granularity`` (default ``(high - low) / 1024``),
+        ``J`` an integer. An answer ``x`` is coded ``k = floor((x - low) / g + 1/2)`` (within
+        ``[0, n]``, ``n = floor((high - low) / g + 1/2)``); the worker's standard deviation in
+        grid steps is ``s_u = sqrt(v_u) / g`` rounded to a multiple of 2^-30; each release is
+        ``k + N_Z(0, s_u^2)``, the discrete Gaussian, written as ``low + J * g``.
+    Guarantee (exact on the grid)
+        Per report with ``v_u`` marginalised: ``epsilon = n g sqrt(2 rate)``, which is P1's
+        continuous ``(high - low) sqrt(2 rate)`` with the range rounded to whole grid steps.
+        Over a continuous ``v_u`` a zero-mean Gaussian of variance ``Exp(rate)`` is exactly
+        Laplace of scale ``beta = 1 / (g sqrt(2 rate))`` grid steps; the discrete Gaussian
+        divides each component by its normaliser ``Z(s) = sqrt(2 pi) s h(s)^-1`` with ``h``
+        increasing (Poisson summation), and since the law of ``s`` given the output ``j + n``
+        dominates that given ``j`` (monotone likelihood ratio), the loss
+        ``ln m(j) / m(j + n)`` never exceeds ``n / beta`` and tends to it as ``j`` grows.
+        :meth:`report_loss` computes that loss numerically (tests check it against
+        ``epsilon``); the 2^-30 rounding of ``s_u`` moves it by far less than the quadrature
+        error. Every grid point has positive probability under every answer, so no release
+        rules an answer out.
+    Caveat
         All of a worker's answers share ``v_u``; an adversary who learns it (for example from
         the worker's other answers) faces a Gaussian mechanism per answer, whose guarantee is
         only ``(epsilon, delta(epsilon))`` with :meth:`delta_if_variance_revealed` (large, as the
-        exponential puts mass near 0). P1's own (epsilon, delta) constants could not be
-        recovered; :meth:`paper_style_epsilon` is our derivation of its structure (SPEC B1.5).
-    Cost
-        One uniform per worker, two per answer.
+        exponential puts mass near 0).
+    Sampling
+        A real release (``rng=None``): ``v_u`` from the OS cryptographic generator, the
+        discrete Gaussian from OpenDP's exact sampler (extra ``dp``). A seed or Generator runs
+        the same law vectorised (Canonne-Kamath-Steinke rejection), for simulation.
     Utility
-        Noise of mean absolute value ``1 / sqrt(2 rate)`` (SPEC B1.2); truth-discovery weights
-        discount the noisy workers.
+        Noise of mean absolute value about ``1 / sqrt(2 rate)``, plus the grid's rounding of
+        the answer (at most ``g / 2``); truth-discovery weights discount the noisy workers.
     """
 
     rate: float
     low: float
     high: float
+    granularity: float | None = None
     name: ClassVar[str] = "exp-gaussian"
     unit: ClassVar[Unit] = "report"
     kind: ClassVar[Literal["categorical", "numeric"]] = "numeric"
@@ -76,7 +102,11 @@ class ExpGaussian(CellMechanism):
         _finite_positive("ExpGaussian", "rate", self.rate)
         for name in ("low", "high"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+            ):
                 raise ValidationError(
                     f"The '{name}' parameter of ExpGaussian must be a finite float. Got {value!r}."
                 )
@@ -85,14 +115,38 @@ class ExpGaussian(CellMechanism):
                 f"ExpGaussian needs low < high (the declared answer range). "
                 f"Got low={self.low}, high={self.high}."
             )
+        if self.granularity is None:
+            object.__setattr__(
+                self, "granularity", (float(self.high) - float(self.low)) / DEFAULT_STEPS
+            )
+        g = _finite_positive("ExpGaussian", "granularity", self.granularity)  # type: ignore[arg-type]
+        object.__setattr__(self, "granularity", g)
+        steps = (float(self.high) - float(self.low)) / g
+        if not 1 <= steps + 0.5 < 2.0**40:
+            raise ValidationError(
+                f"The 'granularity' of ExpGaussian must split [low, high] into 1 to 2^40 grid "
+                f"steps. Got {g!r} for [{self.low}, {self.high}] ({steps:.3g} steps)."
+            )
+
+    @property
+    def step(self) -> float:
+        """The grid step ``g``."""
+        assert self.granularity is not None
+        return self.granularity
+
+    @property
+    def n_steps(self) -> int:
+        """``n``: the declared range in grid steps, the sensitivity in grid units."""
+        return int(math.floor((float(self.high) - float(self.low)) / self.step + 0.5))
 
     @property
     def sensitivity(self) -> float:
-        return float(self.high - self.low)
+        """The range rounded to whole grid steps, ``n g``, in answer units."""
+        return self.n_steps * self.step
 
     @property
     def laplace_scale(self) -> float:
-        """The scale of the Laplace law one report's noise follows."""
+        """The scale of the Laplace law one report's noise follows in the continuous limit."""
         return 1.0 / math.sqrt(2.0 * self.rate)
 
     @property
@@ -101,29 +155,85 @@ class ExpGaussian(CellMechanism):
 
     def _guarantee_note(self) -> str:
         return (
-            "pure per report while v_u stays hidden; if v_u is learned each answer is only "
-            "(epsilon, delta_if_variance_revealed(epsilon)) (SPEC B1.5, derived)"
+            f"exact on the grid low + J * {self.step:.6g} (discrete Gaussian, v_u marginalised); "
+            "if v_u is learned each answer is only (epsilon, delta_if_variance_revealed(epsilon))"
         )
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, low: float, high: float
+        cls, epsilon: float, low: float, high: float, granularity: float | None = None
     ) -> ExpGaussian:
-        """``rate = epsilon^2 / (2 Delta^2)``."""
+        """``rate = epsilon^2 / (2 (n g)^2)``: the grid's exact per-report epsilon."""
         eps = _finite_positive("ExpGaussian", "epsilon", epsilon)
         width = float(high) - float(low)
         if not width > 0:
             raise ValidationError(f"ExpGaussian needs low < high. Got low={low}, high={high}.")
-        return cls(eps * eps / (2.0 * width * width), float(low), float(high))
+        probe = cls(1.0, float(low), float(high), granularity)
+        return cls(eps * eps / (2.0 * probe.sensitivity**2), float(low), float(high), probe.step)
 
     @classmethod
     def from_noise_level(
-        cls, noise_level: float, error_rate: float, low: float, high: float
+        cls,
+        noise_level: float,
+        error_rate: float,
+        low: float,
+        high: float,
+        granularity: float | None = None,
     ) -> ExpGaussian:
-        """P1's noise level ``c = lambda1 / lambda2`` (SPEC B1.2): ``rate = lambda1 / c``."""
+        """P1's noise level ``c = lambda1 / lambda2``: ``rate = lambda1 / c``."""
         c = _finite_positive("ExpGaussian", "noise_level", noise_level)
         lam1 = _finite_positive("ExpGaussian", "error_rate", error_rate)
-        return cls(lam1 / c, float(low), float(high))
+        return cls(lam1 / c, float(low), float(high), granularity)
+
+    # ------------------------------------------------------------------ the grid's law
+    @property
+    def grid_origin(self) -> float:
+        return float(self.low)
+
+    @property
+    def grid_step(self) -> float:
+        return self.step
+
+    def grid_code(self, values: np.ndarray) -> np.ndarray:
+        """``k = floor((x - low) / g + 1/2)``, within ``[0, n]``."""
+        k = np.floor((np.asarray(values, dtype=float) - float(self.low)) / self.step + 0.5)
+        return np.clip(k, 0, self.n_steps).astype(np.int64)
+
+    def grid_log_pmf(self, offset: np.ndarray) -> np.ndarray:
+        """``log m(j)``: the log-probability that a report lands ``j`` grid steps from its
+        answer's code, ``v_u`` marginalised (numerical quadrature over ``v``; finite for every
+        integer ``j``)."""
+        j = np.abs(np.asarray(offset, dtype=float))
+        uniq, inverse = np.unique(j, return_inverse=True)
+        return self._log_mixture(uniq)[inverse].reshape(j.shape)
+
+    def _log_mixture(self, j: np.ndarray, nodes: int = 4000) -> np.ndarray:
+        """``log E_s[N_Z(0, s^2)(j)]`` with ``s^2 = v / g^2``, ``v ~ Exp(rate)``: trapezoid rule
+        in ``log w`` (``w = s^2 ~ Exp(lam)``, ``lam = rate g^2``), which converges geometrically
+        for this smooth integrand; log-sum-exp keeps far tails finite."""
+        lam = self.rate * self.step**2
+        log_w = np.linspace(math.log(1e-16 / lam), math.log(800.0 / lam), nodes)
+        w = np.exp(log_w)
+        s = np.sqrt(w)
+        # Below s = 1e-3, exp(-1 / (2 s^2)) underflows: all the mass sits at 0.
+        log_norm = np.array([dgaussian_log_norm(x) if x >= 1e-3 else 0.0 for x in s])
+        # density of w in log w: lam w exp(-lam w)
+        log_weight = math.log(lam) + log_w - lam * w + math.log(log_w[1] - log_w[0])
+        out = np.empty(j.shape)
+        for lo in range(0, j.size, 256):
+            jj = j[lo : lo + 256, None]
+            terms = log_weight[None, :] - jj * jj / (2 * w[None, :]) - log_norm[None, :]
+            top = terms.max(axis=1, keepdims=True)
+            out[lo : lo + 256] = (top + np.log(np.exp(terms - top).sum(axis=1, keepdims=True)))[
+                :, 0
+            ]
+        return out
+
+    def report_loss(self, offsets: np.ndarray) -> np.ndarray:
+        """``ln m(a) / m(a + n)`` for each ``a >= 0``: the privacy loss of a report ``a`` steps
+        beyond the nearer of two answers ``n`` steps apart, the worst pair (numerical)."""
+        a = np.asarray(offsets, dtype=float)
+        return self.grid_log_pmf(a) - self.grid_log_pmf(a + self.n_steps)
 
     def delta_if_variance_revealed(self, epsilon: float) -> float:
         """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (SPEC B1.5, 2)."""
@@ -177,14 +287,27 @@ class ExpGaussian(CellMechanism):
         return values
 
     def worker_variances(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
-        u = draws.uniform(_WORKER_VAR, worker_hash, np.zeros(1, dtype=np.uint64))
-        return -np.log1p(-u) / self.rate
+        """Each worker's secret ``v_u = -ln(u) / rate``, ``u`` a 53-bit uniform in (0, 1]."""
+        u = 1.0 - draws.uniform(_WORKER_VAR, worker_hash, np.zeros(1, dtype=np.uint64))
+        return -np.log(u) / self.rate
+
+    def worker_sigmas(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
+        """Each worker's noise standard deviation in grid steps, a multiple of 2^-30 (exact)."""
+        v = self.worker_variances(worker_hash, draws)
+        return np.floor(np.sqrt(v) / self.step * _SIGMA_QUANTUM + 0.5) / _SIGMA_QUANTUM
 
     def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
-        var = self.worker_variances(worker_hash, draws)
-        wh = worker_hash[worker_index]
-        # Box-Muller from two uniforms per cell, so the draw is a function of the cell's ids.
-        u1 = 1.0 - draws.uniform(_NORMAL_A, wh, task_hash)  # in (0, 1]
-        u2 = draws.uniform(_NORMAL_B, wh, task_hash)
-        normal = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
-        return np.asarray(codes, dtype=float) + np.sqrt(var[worker_index]) * normal
+        sigma = self.worker_sigmas(worker_hash, draws)
+        k = self.grid_code(codes)
+        if draws.real:
+            out = np.empty_like(k)
+            order = np.argsort(worker_index, kind="stable")
+            bounds = np.flatnonzero(np.diff(worker_index[order])) + 1
+            for cells in np.split(order, bounds):  # one exact sampler per worker (its own s_u)
+                if cells.size:
+                    out[cells] = opendp_gaussian(k[cells], sigma[worker_index[cells[0]]])
+        else:
+            wh = worker_hash[worker_index]
+            out = k + sample_dgaussian(sigma[worker_index], draws, _NORMAL, wh, task_hash)
+        # low + J * g, in that order, so every release is exactly that grid point.
+        return float(self.low) + out.astype(np.float64) * self.step

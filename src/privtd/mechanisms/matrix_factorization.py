@@ -43,7 +43,17 @@ class MFPerturbation(ScoreDomain):
     Guarantee (P3 Theorem 4, as the paper states it)
         ``epsilon = |Gamma| / scale`` per cell. The proof assumes a unique minimiser (at least
         ``d`` answered tasks with independent profiles) and treats NULL <-> value like any cell
-        change; we state the paper's claim and do not strengthen it (SPEC B3.4 caveats).
+        change; we state the paper's claim and do not strengthen it.
+    Floating point (not closed)
+        The guarantee is for real arithmetic. The noise ``eta`` is a double drawn by inverse
+        CDF and the release is a floating-point least-squares solution, so the set of rows a
+        worker can release depends on its answers in ways the proof does not cover (Mironov,
+        CCS 2012). Unlike ``laplace`` and ``exp-gaussian``, mf is not moved to a grid: a
+        neighbouring answer shifts the objective by ``a_j v_j`` with real-valued public
+        profiles, which no integer lattice for ``eta`` can absorb, so discrete noise would make
+        the neighbours' output sets disjoint rather than equal. A real release draws ``eta``'s
+        uniforms from the OS cryptographic generator; the leak through the low-order bits of
+        the release remains (docs/privacy.md).
     Solvers
         ``"lstsq"`` (default): the minimum-norm solution of ``G u = sum a v - eta`` with
         ``G = sum v v^T``, which is the unique minimiser whenever there is one; ``"ridge"`` adds
@@ -95,7 +105,10 @@ class MFPerturbation(ScoreDomain):
         return out
 
     def _guarantee_note(self) -> str:
-        return "P3 Theorem 4 as stated: assumes a unique minimiser (SPEC B3.4 caveats)"
+        return (
+            "P3 Theorem 4 as stated: assumes a unique minimiser; holds for real arithmetic "
+            "only, the floating-point leak (Mironov 2012) is not closed"
+        )
 
     @classmethod
     def from_epsilon(  # type: ignore[override]

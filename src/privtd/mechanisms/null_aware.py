@@ -17,9 +17,10 @@ from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import Budget, Mechanism, Unit
+from ._discrete import dlaplace_log_pmf, opendp_laplace, sample_dlaplace
 from ._random import Draws, id_hashes
 
-_PICK, _NOISE, _FILL = 21, 22, 23
+_PICK, _NOISE, _FILL, _NOISE_B = 21, 22, 23, 24
 
 
 def _check_domain_bounds(owner: str, low: int, high: int) -> None:
@@ -110,10 +111,22 @@ class NullAwareMechanism(ScoreDomain):
     ) -> list[Any]:
         """Record-local: the worker's answers ``{task: score}`` in; its perturbed row over the
         public task list ``tasks`` out (``None`` where the output is NULL)."""
-        unknown = [t for t in answers if t not in set(tasks)]
+        # One dict of the task list, built once: linear in the tasks and the answers.
+        position = {t: i for i, t in enumerate(tasks)}
+        unknown = [t for t in answers if t not in position]
         if unknown:
             raise ValidationError(f"Answers name task(s) {unknown[:3]} not in the task list.")
-        values = np.array([float(answers.get(t, np.nan)) for t in tasks])
+        values = np.full(len(tasks), np.nan)
+        if answers:
+            cells = np.fromiter((position[t] for t in answers), dtype=np.int64, count=len(answers))
+            try:
+                values[cells] = np.fromiter(
+                    (float(v) for v in answers.values()), dtype=float, count=len(answers)
+                )
+            except (TypeError, ValueError):
+                raise ValidationError(
+                    f"{type(self).__name__} perturbs integer scores; got non-numeric answers."
+                ) from None
         self._check_values(values)
         if budget is not None:
             budget.charge(self.guarantee, len(tasks))
@@ -123,7 +136,7 @@ class NullAwareMechanism(ScoreDomain):
         out = self._perturb_cells(
             values, np.zeros(len(tasks), dtype=np.int64), draws, worker_hash, task_hash
         )
-        return [None if np.isnan(v) else float(v) for v in out]
+        return [None if v != v else v for v in out.tolist()]  # NaN (NULL) -> None
 
 
 @dataclass(frozen=True)
@@ -181,15 +194,27 @@ class KRRNull(NullAwareMechanism):
 
 @dataclass(frozen=True)
 class LaplaceNull(NullAwareMechanism):
-    """P3's Laplace perturbation: NULL cells are first filled with a value of ``Gamma`` (a
-    constant, or a uniform draw), then every cell gets ``Lap(scale)`` noise; the output is a
-    complete real-valued row (SPEC B3.2).
+    """P3's Laplace perturbation on the integer grid: NULL cells are first filled with a score
+    of ``Gamma`` (the integer ``fill``, or a uniform draw), then every cell gets discrete Laplace
+    noise ``DL(scale)``, ``P(J = j)`` proportional to ``exp(-|j| / scale)``; the output is a
+    complete row of integers (written as floats) (Sun et al., BigData 2018, with the noise made
+    exact on the grid as Mironov, CCS 2012, requires; Canonne, Kamath, Steinke, NeurIPS 2020).
 
     Guarantee
-        ``epsilon = |Gamma| / scale`` per cell (``|Gamma|`` bounds the change of a cell, NULL
-        included, as P3 takes it), pure.
+        ``epsilon = (high - low) / scale`` per cell, pure, exact and tight on the grid: a cell's
+        base moves by at most ``high - low`` steps (NULL included, since a fill is a score),
+        and ``P(y - k) / P(y - k') = exp((|y - k'| - |y - k|) / scale)`` reaches
+        ``exp((high - low) / scale)`` for every ``y`` beyond both. P3 states ``|Gamma| / scale``
+        (``|Gamma| = high - low + 1``), a valid but loose bound; privtd states the tight value,
+        and :meth:`from_epsilon` calibrates to it. Every integer has positive probability under
+        every answer, so no release rules an answer out.
+    Sampling
+        A real release (``rng=None``) draws ``DL(scale)`` with OpenDP's exact sampler (extra
+        ``dp``) and the fill from the OS cryptographic generator; a seed or Generator runs the
+        same law vectorised (two geometric draws per cell), for simulation.
     Utility
-        Filled NULLs bias truths towards the fill's mean (P3 Theorem 2).
+        Filled NULLs bias truths towards the fill's mean (P3 Theorem 2); the noise has variance
+        ``2 p / (1 - p)^2``, ``p = exp(-1 / scale)``.
     """
 
     scale: float
@@ -200,32 +225,61 @@ class LaplaceNull(NullAwareMechanism):
 
     def __post_init__(self) -> None:
         _check_domain_bounds("LaplaceNull", self.low, self.high)
-        if not isinstance(self.scale, (int, float)) or not (0 < self.scale < math.inf):
+        if (
+            not isinstance(self.scale, (int, float))
+            or isinstance(self.scale, bool)
+            or not (0 < self.scale < math.inf)
+        ):
             raise ValidationError(
                 "The 'scale' parameter of LaplaceNull must be a float in (0, inf). "
                 f"Got {self.scale!r}."
             )
-        if self.fill is not None and not self.low <= self.fill <= self.high:
+        if self.fill is not None and (
+            not isinstance(self.fill, (int, float, np.integer, np.floating))
+            or isinstance(self.fill, bool)
+            or not self.low <= self.fill <= self.high
+            or not float(self.fill).is_integer()
+        ):
             raise ValidationError(
-                f"The 'fill' of LaplaceNull must lie in [{self.low}, {self.high}] or be None "
-                f"(uniform). Got {self.fill!r}."
+                f"The 'fill' of LaplaceNull must be an integer in [{self.low}, {self.high}] "
+                f"(releases lie on the integer grid) or None (uniform). Got {self.fill!r}."
             )
 
     @property
     def epsilon(self) -> float:
-        return self.domain_size / self.scale
+        return (self.high - self.low) / self.scale
+
+    def _guarantee_note(self) -> str:
+        return (
+            "exact on the integer grid: discrete Laplace noise, tight; P3 states |Gamma|/scale, "
+            f"{self.domain_size / self.scale:.6g} here"
+        )
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
         cls, epsilon: float, low: int, high: int, fill: float | None = None
     ) -> LaplaceNull:
+        """``scale = (high - low) / epsilon`` (the tight guarantee; P3's calibration is
+        ``LaplaceNull(|Gamma| / epsilon, ...)``)."""
         if not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
             raise ValidationError(
                 "The 'epsilon' parameter of LaplaceNull must be a float in (0, inf). "
                 f"Got {epsilon!r}."
             )
         _check_domain_bounds("LaplaceNull", low, high)
-        return cls((high - low + 1) / epsilon, low, high, fill)
+        return cls((high - low) / epsilon, low, high, fill)
+
+    # The public grid, for checks and attacks: releases are ``grid_origin + J * grid_step``.
+    grid_origin: ClassVar[float] = 0.0
+    grid_step: ClassVar[float] = 1.0
+
+    def grid_code(self, values: np.ndarray) -> np.ndarray:
+        """An answer's grid code: the score itself."""
+        return np.asarray(values, dtype=np.int64)
+
+    def grid_log_pmf(self, offset: np.ndarray) -> np.ndarray:
+        """``log P(release - answer = offset)`` under ``DL(scale)``, exactly."""
+        return dlaplace_log_pmf(offset, self.scale)
 
     def _perturb_cells(self, values, worker_index, draws, worker_hash, task_hash):
         wh = worker_hash[worker_index]
@@ -235,11 +289,12 @@ class LaplaceNull(NullAwareMechanism):
                 (pick * self.domain_size).astype(np.int64), self.domain_size - 1
             )
         else:
-            filler = np.full(values.shape, float(self.fill))
-        base = np.where(np.isnan(values), filler, values)
-        u = draws.uniform(_NOISE, wh, task_hash) - 0.5  # Laplace by inverse CDF
-        noise = -self.scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
-        return base + noise
+            filler = np.full(values.shape, int(self.fill), dtype=np.int64)
+        base = np.where(np.isnan(values), filler, np.nan_to_num(values)).astype(np.int64)
+        if draws.real:
+            return opendp_laplace(base, self.scale).astype(float)
+        noise = sample_dlaplace(self.scale, draws, (_NOISE, _NOISE_B), wh, task_hash)
+        return (base + noise).astype(float)
 
 
 @dataclass(frozen=True)
