@@ -310,3 +310,8 @@ def test_cli_real_and_seeded_numeric_releases(tmp_path, capsys, monkeypatch):
     code, err = _cli([*args, "-o", str(out)], capsys)
     assert code != 0 and "pip install 'privtd[dp]'" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_null_aware_perturb_worker_refuses_a_repeated_task():
+    with pytest.raises(ValidationError, match="names 1 task\\(s\\) twice"):
+        KRRNull.from_epsilon(1.0, 0, 4).perturb_worker({"a": 1}, tasks=["a", "b", "a"])
