@@ -307,3 +307,15 @@ def test_cli_real_and_seeded_numeric_releases(tmp_path, capsys, monkeypatch):
 def test_null_aware_perturb_worker_refuses_a_repeated_task():
     with pytest.raises(ValidationError, match="names 1 task\\(s\\) twice"):
         KRRNull.from_epsilon(1.0, 0, 4).perturb_worker({"a": 1}, tasks=["a", "b", "a"])
+
+
+def test_perturb_help_says_which_source_is_which(capsys):
+    from privtd.cli import main
+
+    try:
+        main(["perturb", "--help"])
+    except SystemExit as exc:
+        assert not exc.code
+    text = " ".join(capsys.readouterr().out.split())
+    assert "OS cryptographic generator" in text and "OpenDP" in text
+    assert "not cryptographic" in text and "real arithmetic only" in text
