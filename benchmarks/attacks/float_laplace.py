@@ -73,20 +73,23 @@ def reachable_by_addition(y: np.ndarray, x_other: float, width: int = 4) -> np.n
     return hit | ~straddled
 
 
-def _one_cell(value: float, n: int) -> Answers:
+def _cells(value: float, n: int, per_worker: int) -> Answers:
+    n_w = -(-n // per_worker)
     return Answers(
-        task=np.zeros(n, dtype=np.int32),
-        worker=np.arange(n, dtype=np.int32),
+        task=(np.arange(n) % per_worker).astype(np.int32),
+        worker=(np.arange(n) // per_worker).astype(np.int32),
         value=np.full(n, float(value)),
-        tasks=pd.Index(["q"]),
-        workers=pd.RangeIndex(n),
+        tasks=pd.RangeIndex(min(n, per_worker)),
+        workers=pd.RangeIndex(n_w),
     )
 
 
 def releases(mechanism, value: float, n: int, rng) -> np.ndarray:
-    """``n`` releases of ``value``, each by a different one-answer worker (seeded when ``rng`` is
-    an int; ``None`` is a real release)."""
-    out = mechanism.perturb(_one_cell(value, n), rng=rng)
+    """``n`` releases of ``value``. Simulated (``rng`` an int seed): each by a different
+    one-answer worker, so per-worker secrets are marginalised. Real (``rng=None``): 1,000 per
+    worker, as each real worker needs its own exact sampler (OpenDP), built once per worker."""
+    answers = _cells(value, n, 1 if rng is not None else 1000)
+    out = mechanism.perturb(answers, rng=rng)
     return np.asarray(out.value, dtype=float)
 
 

@@ -15,6 +15,8 @@ def check_rng(rng: RNGLike) -> np.random.Generator:
     """Normalise ``rng``: a Generator is used as is, an int seeds a new one, None draws OS entropy.
 
     Never falls back to numpy's global state, so results depend only on what the caller passed.
+    This serves simulation and estimators; a mechanism's real release (``rng=None``) does not
+    come here: it draws from the OS cryptographic generator (``privtd.mechanisms._random``).
     """
     if isinstance(rng, np.random.Generator):
         return rng

@@ -236,7 +236,11 @@ class ExpGaussian(CellMechanism):
         return self.grid_log_pmf(a) - self.grid_log_pmf(a + self.n_steps)
 
     def delta_if_variance_revealed(self, epsilon: float) -> float:
-        """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (SPEC B1.5, 2)."""
+        """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (SPEC B1.5, 2).
+
+        Computed for the continuous Gaussian: on the grid it is an approximation of the discrete
+        Gaussian's profile, which Canonne, Kamath and Steinke (NeurIPS 2020) show to be close.
+        """
         eps = float(epsilon)
         if eps < 0:
             raise ValidationError(f"epsilon must be >= 0. Got {epsilon}.")

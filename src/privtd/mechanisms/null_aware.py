@@ -113,6 +113,11 @@ class NullAwareMechanism(ScoreDomain):
         public task list ``tasks`` out (``None`` where the output is NULL)."""
         # One dict of the task list, built once: linear in the tasks and the answers.
         position = {t: i for i, t in enumerate(tasks)}
+        if len(position) != len(tasks):
+            raise ValidationError(
+                f"The task list names {len(tasks) - len(position)} task(s) twice; each task "
+                "must appear once (the row has one cell per task)."
+            )
         unknown = [t for t in answers if t not in position]
         if unknown:
             raise ValidationError(f"Answers name task(s) {unknown[:3]} not in the task list.")
