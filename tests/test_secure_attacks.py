@@ -193,6 +193,31 @@ def test_tasks_with_too_few_answers_get_no_truth_and_the_rest_equal_plain_em(
     assert (secure.truths_.loc[kept.tasks] == plain.truths_).all()
 
 
+def test_real_model_on_the_kept_tasks_equals_raykar() -> None:
+    from privtd.inference import Raykar
+
+    emotion = privtd.datasets.load("emotion").answers
+    answers = emotion.subset(emotion.task < 80)
+    # Thin out the first 20 tasks to 1 or 2 answers each, so that they are left out.
+    rank = np.zeros(answers.n_answers, dtype=int)
+    order = np.lexsort((answers.worker, answers.task))
+    starts = np.searchsorted(answers.task[order], np.arange(answers.n_tasks))
+    rank[order] = np.arange(answers.n_answers) - starts[answers.task[order]]
+    thin = answers.subset((answers.task >= 20) | (rank < 1 + answers.task % 2))
+    low, high = -100.0, 100.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        with pytest.warns(UserWarning, match="20 of 80 task"):
+            secure = SecureEM(value_range=(low, high), max_iter=30).fit(thin)
+    counts = np.bincount(thin.task)
+    kept = thin.subset(counts[thin.task] >= 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        plain = Raykar(gamma=1e4 / (high - low) ** 2, init="mean", max_iter=30).fit(kept)
+    assert secure.truths_.iloc[:20].isna().all()
+    np.testing.assert_allclose(secure.truths_.loc[kept.tasks], plain.truths_, atol=1e-6)
+
+
 def test_min_answers_is_checked(sparse_crowd: privtd.Answers) -> None:
     with pytest.raises(ValidationError, match="min_answers must be at least 2. Got 1"):
         SecureEM(min_answers=1).fit(sparse_crowd)
