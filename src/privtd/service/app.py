@@ -426,7 +426,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 .select_from(t_workers)
                 .where(t_workers.c.campaign_id == row.id)
             ).scalar_one()
-            if enrolled >= row.max_workers:
+            if enrolled > row.max_workers:  # this worker's row is already counted
                 raise HTTPException(
                     403, f"This campaign is full: it admits {row.max_workers} workers at most."
                 )

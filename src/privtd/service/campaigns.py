@@ -67,7 +67,7 @@ def check_epsilon(mech: Mechanism, max_epsilon: float) -> float:
     """The campaign's epsilon per answer, or a ValidationError if it is not finite or above the
     server's ceiling, however the parameters were given (epsilon or natural parameters)."""
     eps = float(mech.guarantee.epsilon)
-    if not math.isfinite(eps) or eps > max_epsilon:
+    if not math.isfinite(eps) or eps > max_epsilon * (1 + 1e-9):  # 1e-9: float rounding
         raise ValidationError(
             f"This campaign's parameters mean epsilon {eps:.6g} per {mech.guarantee.unit}, above "
             f"this server's ceiling of {max_epsilon:g}: its noise would hide next to nothing. "
