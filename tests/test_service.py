@@ -593,9 +593,16 @@ def test_the_browser_page_perturbs_submits_and_retries(live, browser):
     page.set_default_timeout(10_000)
     sent = []
     page.on("request", lambda r: sent.append(r) if r.method == "POST" else None)
-    page.goto(base.replace("127.0.0.1", "privtd.test") + f"/collect?campaign={made['id']}")
+    # The requester hands out an invitation link: the page with the enrolment code in it.
+    page.goto(
+        base.replace("127.0.0.1", "privtd.test")
+        + f"/collect?campaign={made['id']}&code={invite(api, made['id'])}"
+    )
     assert not page.evaluate("isSecureContext")
     page.get_by_text("Mechanism one-layer").wait_for()
+    page.get_by_text(
+        "This campaign: epsilon 2.000 per answer. Your ceiling: 3 per answer"
+    ).wait_for()
     page.fill("#name", "dana")
     page.click("text=Enrol")
     page.locator("select[data-task=t4]").wait_for()

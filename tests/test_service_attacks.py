@@ -43,7 +43,7 @@ from test_service import (  # noqa: E402
 )
 
 # The service tests' fixtures: each database (SQLite, PostgreSQL), the API in-process or live.
-url, api, live = svc.url, svc.api, svc.live
+url, api, live, browser = svc.url, svc.api, svc.live, svc.browser
 
 
 # ------------------------------------------------------------------ point 5: the ceilings
@@ -171,6 +171,52 @@ def test_the_ceiling_commands(live, tmp_path, capsys):
     assert code == 0, err
     code, _, err = cli(["client", "ceiling", "--per-answer", "-1", "--ledger", ledger], capsys)
     assert code != 0
+
+
+def test_the_page_shows_the_epsilon_and_refuses_above_the_ceiling(live, browser):
+    base, api = live
+    lax = make_campaign(api, epsilon=5.0, budget=50.0)
+    page = browser.new_page()
+    page.set_default_timeout(10_000)
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    link = f"{base}/collect?campaign={lax['id']}&code={invite(api, lax['id'])}"
+    page.goto(link)
+    page.get_by_text("This campaign: epsilon 5.000 per answer").wait_for()
+    page.get_by_text("Refused here: this campaign perturbs with epsilon 5.000").wait_for()
+    assert page.locator("#enrol").is_hidden() and sent == []
+    # The page recomputes epsilon from the parameters it perturbs with: a server that states
+    # epsilon 1 next to f = 1e-300 is refused all the same.
+    lie = page.evaluate(
+        """async () => {
+          const m = await import("/static/ceiling.js");
+          const c = m.loadCeiling(localStorage);
+          return m.refuseCampaign(c, {labels: ["no", "yes"], mechanism: {
+            name: "one-layer", epsilon: 1, unit: "answer", params: {f: 1e-300, n_labels: 2}}});
+        }"""
+    )
+    assert "epsilon 690.8" in lie
+    # The worker raises its ceiling (its choice): the page then lets it enrol and answer.
+    page.click("text=Your privacy ceiling")
+    page.fill("#per-answer", "5")
+    page.click("text=Save")
+    page.get_by_text("Your ceiling: 5 per answer").wait_for()
+    page.fill("#name", "erin")
+    page.click("text=Enrol")
+    page.locator("select[data-task=t0]").wait_for()
+    # A lifetime ceiling of 12 allows two answers at epsilon 5, not three.
+    page.click("text=Your privacy ceiling")
+    page.fill("#lifetime", "12")
+    page.click("text=Save")
+    page.locator("select[data-task=t0]").wait_for()
+    for i in range(3):
+        page.select_option(f"select[data-task=t{i}]", "yes")
+    page.click("text=Randomize and send")
+    page.get_by_text("past your lifetime ceiling of 12").wait_for()
+    assert not [u for u in sent if u.endswith("/submissions")]
+    page.select_option("select[data-task=t2]", "")
+    page.click("text=Randomize and send")
+    page.get_by_text("Sent 2 randomized answer(s)").wait_for()
 
 
 # ------------------------------------------------------------------ point 6: enrolment
