@@ -406,3 +406,46 @@ def test_one_fake_worker_moves_the_default_estimator_little():
     lo, hi = out["report_range"]
     assert abs(_shift(out)) <= (hi - lo) / (poison.N_HONEST + 1)
     assert abs(_shift(out)) < 0.01, out
+
+
+def test_the_page_computes_the_same_epsilon_as_python():
+    # The page's own epsilon (static/ceiling.js) for every served mechanism, against
+    # privtd.mechanisms' guarantee, under Node.
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is not installed")
+    cases = [
+        ("one-layer", {"epsilon": 1.3, "n_labels": 4}, ["a", "b", "c", "d"]),
+        ("binary-rr", {"epsilon": 0.7}, ["a", "b"]),
+        ("two-layer", {"epsilon": 2.0, "n_labels": 3}, ["a", "b", "c"]),
+        ("krr-null", {"epsilon": 1.5, "low": 1, "high": 5}, None),
+        ("two-layer-null", {"epsilon": 1.5, "low": 1, "high": 5}, None),
+        ("laplace", {"epsilon": 0.8, "low": 1, "high": 5}, None),
+        ("exp-gaussian", {"epsilon": 2.5, "low": 0.0, "high": 10.0}, None),
+    ]
+    mechs = []
+    for name, kw, labels in cases:
+        kw = dict(kw)
+        mech = make_mechanism(name, kw.pop("epsilon"), **kw)
+        params = {k: (v.item() if hasattr(v, "item") else v) for k, v in mech.params().items()}
+        mechs.append(({"name": name, "params": params}, labels, mech.guarantee.epsilon))
+    module = Path(campaigns.__file__).with_name("static") / "ceiling.js"
+    script = (
+        f"import('{module.as_uri()}').then((m) => console.log(JSON.stringify("
+        f"{json.dumps([[m, labels] for m, labels, _ in mechs])}"
+        ".map(([mech, labels]) => m.epsilonOf(mech, labels)))));"
+    )
+    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
+    for (mech, _, expected), got in zip(mechs, json.loads(out.stdout), strict=True):
+        # exp-gaussian: the page computes P1's continuous sqrt(2 rate) (high - low); a release
+        # on the public grid states its own, close, epsilon (the page takes the larger).
+        rel = 0.05 if mech["name"] == "exp-gaussian" else 1e-9
+        assert got == pytest.approx(expected, rel=rel), mech["name"]
+
+
+def test_serve_refuses_a_ceiling_that_is_not_a_number(tmp_path, capsys):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    code, _, err = cli(["serve", "--db", db, "--max-epsilon", "inf"], capsys)
+    assert code != 0 and err.count("\n") == 1 and "max_epsilon" in err, err
