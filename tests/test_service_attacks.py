@@ -384,6 +384,12 @@ def _shift(out):
     return out["mae_with_fake"] - out["mae_honest"]
 
 
+def _moves(out):
+    keys = [f"t{i}" for i in range(poison.N_TASKS)]
+    clean, dirty = (np.array([float(t[k]) for k in keys]) for t in out["_truths"])
+    return np.abs(dirty - clean)
+
+
 def test_one_fake_worker_moves_the_mean_by_at_most_the_range_over_n_plus_1():
     # 50 honest workers, one fake sending the top of the accepted range to all 100 tasks (1e308
     # is refused). The mean of n + 1 reports moves by (x_fake - mean_honest) / (n + 1), so each
@@ -394,6 +400,17 @@ def test_one_fake_worker_moves_the_mean_by_at_most_the_range_over_n_plus_1():
         lo, hi = out["report_range"]
         bound = (hi - lo) / (poison.N_HONEST + 1)
         assert math.isfinite(out["mae_with_fake"]) and abs(_shift(out)) <= bound, (out, bound)
+        assert (_moves(out) <= bound * (1 + 1e-9)).all()
+
+
+def test_one_fake_worker_moves_the_median_by_at_most_half_the_middle_gap():
+    # n = 50 honest reports: their median is (x_25 + x_26) / 2 (order statistics); with one
+    # report above them all it is x_26, so each truth moves by exactly (x_26 - x_25) / 2.
+    out = poison.poison("exp-gaussian", method="median")
+    ordered = np.sort(np.asarray(out["_reports"]), axis=0)
+    gap = (ordered[poison.N_HONEST // 2] - ordered[poison.N_HONEST // 2 - 1]) / 2
+    assert (_moves(out) <= gap + 1e-9).all()
+    assert abs(_shift(out)) <= gap.mean() + 1e-9
 
 
 def test_one_fake_worker_moves_the_default_estimator_little():
