@@ -106,7 +106,8 @@ def main() -> None:
     c = client_side()
     print(
         f"client: campaign epsilon {c['epsilon']:.1f} per answer; "
-        f"{c['raw']} of {N} answers sent raw ({c['sent']} sent); refused: {c['refused']}"
+        f"{c['raw']} of {N} answers sent raw ({c['sent']} sent; workers enrolled: "
+        f"{c.get('enrolled', 1)}); refused: {c['refused']}"
     )
 
 
