@@ -130,9 +130,6 @@ def test_the_worker_ceiling_per_answer_and_lifetime(live, tmp_path):
         code=invite(api, made[0]["id"]),
         ledger=ledger,
     )
-    assert first.epsilon == pytest.approx(1.0)
-    first.submit({f"t{i}": "yes" for i in range(20)})
-    assert pc.Ceiling(ledger).total == pytest.approx(20.0)
     second = pc.Worker.enrol(
         base,
         made[1]["id"],
@@ -141,6 +138,10 @@ def test_the_worker_ceiling_per_answer_and_lifetime(live, tmp_path):
         code=invite(api, made[1]["id"]),
         ledger=ledger,
     )
+    # Both loaded the ledger before either spent: each reads it again before spending.
+    assert first.epsilon == pytest.approx(1.0)
+    first.submit({f"t{i}": "yes" for i in range(20)})
+    assert pc.Ceiling(ledger).total == pytest.approx(20.0)
     second.submit({f"t{i}": "no" for i in range(10)})  # 30 of 30
     before = api.get(f"/campaigns/{made[1]['id']}").json()
     with pytest.raises(pc.CeilingExceededError, match="lifetime total .* epsilon 31"):
@@ -171,6 +172,9 @@ def test_the_ceiling_commands(live, tmp_path, capsys):
     assert code == 0, err
     code, _, err = cli(["client", "ceiling", "--per-answer", "-1", "--ledger", ledger], capsys)
     assert code != 0
+    Path(ledger).write_text('{"spent": {"x": "lots"}}')  # a damaged ledger: one line, no reset
+    code, _, err = cli(["client", "ceiling", "--ledger", ledger], capsys)
+    assert code != 0 and err.count("\n") == 1 and "Cannot read" in err, err
 
 
 def test_the_page_shows_the_epsilon_and_refuses_above_the_ceiling(live, browser):

@@ -65,18 +65,24 @@ class Ceiling:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the file again: another process (or Worker) sharing it may have spent since."""
         try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            data = {}
-        except (ValueError, OSError) as exc:
+            try:
+                data = json.loads(self.path.read_text())
+            except FileNotFoundError:
+                data = {}
+            per_answer = float(data.get("max_epsilon_per_answer", DEFAULT_MAX_EPSILON_PER_ANSWER))
+            lifetime = float(data.get("max_lifetime_epsilon", DEFAULT_MAX_LIFETIME_EPSILON))
+            spent = {str(k): float(v) for k, v in data.get("spent", {}).items()}
+        except (ValueError, TypeError, AttributeError, OSError) as exc:
             raise ValidationError(
                 f"Cannot read the worker's ceiling file {self.path} ({exc}); fix or remove it "
                 "(removing it resets the lifetime total to 0)."
             ) from None
-        self.per_answer = float(data.get("max_epsilon_per_answer", DEFAULT_MAX_EPSILON_PER_ANSWER))
-        self.lifetime = float(data.get("max_lifetime_epsilon", DEFAULT_MAX_LIFETIME_EPSILON))
-        self.spent: dict[str, float] = {k: float(v) for k, v in data.get("spent", {}).items()}
+        self.per_answer, self.lifetime, self.spent = per_answer, lifetime, spent
 
     @classmethod
     def for_state(
@@ -97,6 +103,7 @@ class Ceiling:
                 raise ValidationError(
                     f"The {name} ceiling must be a positive number; got {value!r}."
                 )
+        self.refresh()
         if per_answer is not None:
             self.per_answer = float(per_answer)
         if lifetime is not None:
@@ -111,6 +118,7 @@ class Ceiling:
     def check_campaign(self, campaign: Mapping[str, Any]) -> float:
         """The campaign's epsilon per answer; CeilingExceededError if it is not a finite
         number within the per-answer ceiling."""
+        self.refresh()
         m = campaign["mechanism"]
         try:
             eps = float(m["epsilon"])
@@ -134,6 +142,7 @@ class Ceiling:
     def check_spend(self, key: str, campaign_total: float) -> None:
         """CeilingExceededError if spending up to ``campaign_total`` in campaign ``key`` would
         take the lifetime total past the ceiling."""
+        self.refresh()
         total = self.total - self.spent.get(key, 0.0) + campaign_total
         if total > self.lifetime * (1 + 1e-12):
             raise CeilingExceededError(
@@ -143,6 +152,7 @@ class Ceiling:
             )
 
     def record(self, key: str, campaign_total: float) -> None:
+        self.refresh()  # what others recorded since stays counted
         self.spent[key] = max(self.spent.get(key, 0.0), float(campaign_total))
         self.save()
 
