@@ -473,3 +473,26 @@ def test_serve_refuses_a_ceiling_that_is_not_a_number(tmp_path, capsys):
     db = f"sqlite:///{tmp_path / 's.db'}"
     code, _, err = cli(["serve", "--db", db, "--max-epsilon", "inf"], capsys)
     assert code != 0 and err.count("\n") == 1 and "max_epsilon" in err, err
+
+
+def test_campaigns_made_before_codes_become_invitation_only(url):
+    import sqlalchemy as sa
+
+    from privtd.service import db
+
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    db.migrate(engine, "0002")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO requesters VALUES ('r', 'h', CURRENT_TIMESTAMP)"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO campaigns (id, requester_id, name, mechanism, mechanism_params, "
+                "budget_epsilon, method, created_at) VALUES ('c', 'r', 'old', 'one-layer', "
+                "'{\"f\": 0.25, \"n_labels\": 2}', 10, 'aware-ds', CURRENT_TIMESTAMP)"
+            )
+        )
+    db.migrate(engine)
+    with engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT open_enrolment, max_workers FROM campaigns")).one()
+    assert not row.open_enrolment and row.max_workers is None
+    engine.dispose()
