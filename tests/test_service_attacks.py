@@ -496,3 +496,24 @@ def test_campaigns_made_before_codes_become_invitation_only(url):
         row = conn.execute(sa.text("SELECT open_enrolment, max_workers FROM campaigns")).one()
     assert not row.open_enrolment and row.max_workers is None
     engine.dispose()
+
+
+def test_max_workers_holds_under_concurrent_enrolments(api):
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    made = make_campaign(api, open_enrolment=True, max_workers=5)
+    statuses = []
+
+    def enrol_one(i):
+        with TestClient(api.app) as client:
+            r = client.post(f"/campaigns/{made['id']}/workers", json={"name": f"w{i}"})
+            statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=enrol_one, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses.count(201) == 5 and set(statuses) == {201, 403}, statuses

@@ -463,6 +463,16 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         worker_id = str(uuid.uuid4())
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
+            if row.max_workers is not None:
+                # Lock the campaign's row before adding a worker, so two enrolments cannot both
+                # see room for one (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers and
+                # ignores FOR ... UPDATE). NO KEY UPDATE: the worker rows' foreign-key locks
+                # do not conflict with it.
+                conn.execute(
+                    sa.select(t_campaigns.c.id)
+                    .where(t_campaigns.c.id == campaign_id)
+                    .with_for_update(key_share=True)
+                )
             try:
                 with conn.begin_nested():
                     conn.execute(
