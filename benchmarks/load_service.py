@@ -88,9 +88,16 @@ async def run_load(args: argparse.Namespace, base: str, restart) -> dict:  # typ
         campaign = made.json()
         cid = campaign["id"]
         mech = MECHANISMS["one-layer"](**campaign["mechanism"]["params"])
+        issued = await http.post(
+            f"/campaigns/{cid}/codes", headers=auth, json={"count": args.workers}
+        )
+        issued.raise_for_status()
+        codes = issued.json()["codes"]
         tokens = []
         for w in range(args.workers):
-            r = await http.post(f"/campaigns/{cid}/workers", json={"name": f"w{w}"})
+            r = await http.post(
+                f"/campaigns/{cid}/workers", json={"name": f"w{w}", "code": codes[w]}
+            )
             r.raise_for_status()
             tokens.append(r.json()["token"])
 

@@ -93,8 +93,16 @@ def make_campaign(api, **changes):
     return response.json()
 
 
+def invite(api, campaign_id):
+    """One enrolment code of the campaign, as its requester hands it to one worker."""
+    response = api.post(f"/campaigns/{campaign_id}/codes", json={"count": 1}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    return response.json()["codes"][0]
+
+
 def enrol(api, campaign_id, name):
-    response = api.post(f"/campaigns/{campaign_id}/workers", json={"name": name})
+    body = {"name": name, "code": invite(api, campaign_id)}
+    response = api.post(f"/campaigns/{campaign_id}/workers", json=body)
     assert response.status_code == 201, response.text
     return {"Authorization": f"Bearer {response.json()['token']}"}
 
@@ -271,7 +279,14 @@ def test_workers_perturb_locally_and_the_requester_aggregates(live, tmp_path):
     truth = rng.integers(0, 2, 20)
     made = make_campaign(api, epsilon=3.0, budget=20 * 3.0)
     for w in range(8):
-        worker = Worker.enrol(base, made["id"], f"w{w}", tmp_path / f"w{w}.json")
+        worker = Worker.enrol(
+            base,
+            made["id"],
+            f"w{w}",
+            tmp_path / f"w{w}.json",
+            code=invite(api, made["id"]),
+            ledger=tmp_path / f"w{w}-ledger.json",  # eight people, eight ceilings
+        )
         correct = rng.random(20) < 0.9
         answers = {
             f"t{i}": LABELS[t if c else 1 - t]
@@ -300,7 +315,9 @@ def test_workers_perturb_locally_and_the_requester_aggregates(live, tmp_path):
 def test_a_retry_after_a_lost_answer_sends_the_same_reports_once(live, tmp_path):
     base, api = live
     made = make_campaign(api)
-    worker = Worker.enrol(base, made["id"], "carol", tmp_path / "c.json", retries=0)
+    worker = Worker.enrol(
+        base, made["id"], "carol", tmp_path / "c.json", code=invite(api, made["id"]), retries=0
+    )
     # The server becomes unreachable after the parameters were read and the body perturbed.
     worker.campaign()
     worker.state["url"] = "http://127.0.0.1:9"  # discard port: nothing listens
@@ -383,7 +400,14 @@ def test_whole_row_release_and_null_aware_aggregation(live, tmp_path, capsys):
     )
     assert made["whole_row"] and made["method"] == "aware-null"
     for w in range(5):
-        worker = Worker.enrol(base, made["id"], f"w{w}", tmp_path / f"w{w}.json")
+        worker = Worker.enrol(
+            base,
+            made["id"],
+            f"w{w}",
+            tmp_path / f"w{w}.json",
+            code=invite(api, made["id"]),
+            ledger=tmp_path / f"w{w}-ledger.json",
+        )
         out = worker.submit({f"t{i}": 1 + (i % 5) for i in range(0, 20, 2)})  # half NULL
         assert out["n_reports"] == 20  # the whole row
     run = api.post(f"/campaigns/{made['id']}/runs", headers=AUTH).json()
@@ -428,11 +452,17 @@ def test_requester_and_worker_commands(live, tmp_path, capsys):
     assert code == 0, err
     cid = out.strip()
     assert f"/collect?campaign={cid}" in err and "aware-ds" in err
-    for w in range(6):
+    codes = tmp_path / "codes.txt"
+    code, _, err = cli(
+        ["campaign", "codes", base, cid, "-n", "6", "-o", str(codes), *token], capsys
+    )
+    assert code == 0 and "6 enrolment code(s)" in err, err
+    for w, invitation in enumerate(codes.read_text().split()):
         state = str(tmp_path / f"w{w}.json")
-        assert (
-            cli(["client", "enrol", base, cid, "--name", f"w{w}", "--state", state], capsys)[0] == 0
-        )
+        enrol_cmd = ["client", "enrol", base, cid, "--name", f"w{w}", "--state", state]
+        code, _, err = cli([*enrol_cmd, "--code", invitation], capsys)
+        # The campaign's epsilon is shown before anything is sent.
+        assert code == 0 and "epsilon 2 per answer" in err and "your ceiling: 3" in err, err
         answers = tmp_path / f"a{w}.csv"
         answers.write_text("task,answer\nq1,yes\nq2,no\nq3,yes\n")
         code, out, err = cli(["client", "submit", str(answers), "--state", state], capsys)
@@ -563,9 +593,16 @@ def test_the_browser_page_perturbs_submits_and_retries(live, browser):
     page.set_default_timeout(10_000)
     sent = []
     page.on("request", lambda r: sent.append(r) if r.method == "POST" else None)
-    page.goto(base.replace("127.0.0.1", "privtd.test") + f"/collect?campaign={made['id']}")
+    # The requester hands out an invitation link: the page with the enrolment code in it.
+    page.goto(
+        base.replace("127.0.0.1", "privtd.test")
+        + f"/collect?campaign={made['id']}&code={invite(api, made['id'])}"
+    )
     assert not page.evaluate("isSecureContext")
     page.get_by_text("Mechanism one-layer").wait_for()
+    page.get_by_text(
+        "This campaign: epsilon 2.000 per answer. Your ceiling: 3 per answer"
+    ).wait_for()
     page.fill("#name", "dana")
     page.click("text=Enrol")
     page.locator("select[data-task=t4]").wait_for()

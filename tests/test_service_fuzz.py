@@ -38,7 +38,14 @@ def _seed():
                 "budget": 10.0,
             },
         ).json()
-        worker = client.post(f"/campaigns/{made['id']}/workers", json={"name": "w"}).json()
+        code = client.post(
+            f"/campaigns/{made['id']}/codes",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            json={"count": 1},
+        ).json()["codes"][0]
+        worker = client.post(
+            f"/campaigns/{made['id']}/workers", json={"name": "w", "code": code}
+        ).json()
     return made["id"], worker["token"]
 
 

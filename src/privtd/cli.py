@@ -1035,7 +1035,15 @@ def _service() -> Any:
     help="Register this requester token (env PRIVTD_REQUESTER_TOKEN); without it, a new "
     "database makes one and prints it once.",
 )
-def serve(url: str, host: str, port: int, requester_token: str | None) -> None:
+@click.option(
+    "--max-epsilon",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
+    "are given (and take no reports for one made under a laxer ceiling).",
+)
+def serve(url: str, host: str, port: int, requester_token: str | None, max_epsilon: float) -> None:
     """Run the collection service: workers submit perturbed reports, the requester aggregates.
 
     The API is described at /docs (OpenAPI at /openapi.json); workers' page at /collect.
@@ -1043,7 +1051,7 @@ def serve(url: str, host: str, port: int, requester_token: str | None) -> None:
     service = _service()
     import uvicorn
 
-    app = service.create_app(url, requester_token=requester_token)
+    app = service.create_app(url, requester_token=requester_token, max_epsilon=max_epsilon)
     if app.state.new_requester_token:
         click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
     click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
@@ -1085,6 +1093,13 @@ def campaign() -> None:
 @click.option("--budget", required=True, type=float, help="Each worker's privacy budget.")
 @click.option("--method", help="Inference method (default: the perturbation-aware one).")
 @click.option("--name", default="campaign", show_default=True)
+@click.option(
+    "--open-enrolment",
+    is_flag=True,
+    help="Let anyone with the campaign id enrol, without a code. Anyone can then add fake "
+    "workers, each with a fresh budget; by default workers need a code ('campaign codes').",
+)
+@click.option("--max-workers", type=click.IntRange(min=1), help="Admit at most this many workers.")
 @TOKEN
 def campaign_create(
     url: str,
@@ -1096,9 +1111,12 @@ def campaign_create(
     budget: float,
     method: str | None,
     name: str,
+    open_enrolment: bool,
+    max_workers: int | None,
     token: str,
 ) -> None:
-    """Create a campaign on the server at URL; prints its id and the workers' page."""
+    """Create a campaign on the server at URL; prints its id and the workers' page. Workers
+    enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
     from .client import Requester
 
     frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
@@ -1121,13 +1139,47 @@ def campaign_create(
         params=_parse_params(param),
         labels=domain,
         method=method,
+        open_enrolment=open_enrolment,
+        max_workers=max_workers,
     )
     click.echo(made["id"])
+    if made.get("warning"):
+        click.echo(f"privtd: warning: {made['warning']}", err=True)
     click.echo(
         f"{len(tasks)} tasks, {made['mechanism']['guarantee']}, method {made['method']}; "
         f"workers open {url.rstrip('/')}/collect?campaign={made['id']}",
         err=True,
     )
+
+
+@campaign.command("codes")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--count", "-n", default=1, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--expires-in",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Hours until the codes expire (default: never).",
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="File for the codes.")
+@TOKEN
+def campaign_codes(
+    url: str, campaign_id: str, count: int, expires_in: float | None, output: str | None, token: str
+) -> None:
+    """Issue enrolment codes for CAMPAIGN_ID: each admits one worker, once. Hand each to one
+    person; they are shown here only (the server keeps their hashes)."""
+    from .client import Requester
+
+    out = Requester(url, token).issue_codes(
+        campaign_id, count, expires_in=None if expires_in is None else expires_in * 3600
+    )
+    text = "".join(f"{c}\n" for c in out["codes"])
+    if output:
+        atomic_write_text(Path(output), text)
+    else:
+        click.echo(text, nl=False)
+    until = f", expiring {out['expires_at']}" if out["expires_at"] else ""
+    click.echo(f"{len(out['codes'])} enrolment code(s){until}", err=True)
 
 
 @campaign.command("aggregate")
@@ -1169,6 +1221,15 @@ def campaign_aggregate(
         _note_pooled_interval(*result["pooled_median_interval"])
 
 
+LEDGER = click.option(
+    "--ledger",
+    envvar="PRIVTD_LEDGER",
+    type=click.Path(dir_okay=False),
+    help="Your ceiling file (env PRIVTD_LEDGER; default privtd-ledger.json next to --state): "
+    "keep one for all your campaigns, so the lifetime total counts them all.",
+)
+
+
 @cli.group()
 def client() -> None:
     """A worker's side of the service: enrol, then perturb here and submit."""
@@ -1181,15 +1242,67 @@ def client() -> None:
 @click.option(
     "--state", required=True, type=click.Path(dir_okay=False), help="JSON file to keep state in."
 )
-def client_enrol(url: str, campaign_id: str, name: str, state: str) -> None:
-    """Enrol in CAMPAIGN_ID at URL; the token and the budget go to --state."""
+@click.option("--code", envvar="PRIVTD_ENROLMENT_CODE", help="The enrolment code you were given.")
+@LEDGER
+def client_enrol(
+    url: str, campaign_id: str, name: str, state: str, code: str | None, ledger: str | None
+) -> None:
+    """Enrol in CAMPAIGN_ID at URL; the token and the budget go to --state. The campaign's
+    epsilon is shown and checked against your ceiling ('privtd client ceiling') first."""
     from .client import Worker
 
-    worker = Worker.enrol(url, campaign_id, name, state)
-    campaign = worker.campaign()
+    campaign, ceiling = _preview(url, campaign_id, state, ledger)
+    Worker.enrol(url, campaign_id, name, state, code=code, ledger=ceiling.path)
     click.echo(
-        f"enrolled {name} in {campaign['name']!r}: {campaign['mechanism']['guarantee']}, "
-        f"budget epsilon {campaign['budget']:g}; state in {state}"
+        f"enrolled {name} in {campaign['name']!r}, budget epsilon {campaign['budget']:g}; "
+        f"state in {state}"
+    )
+
+
+def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
+    """Shows the campaign's epsilon and the worker's ceiling before anything is sent."""
+    from .client import Worker
+
+    # Refused here (CeilingExceededError, one line) when above the ceiling: nothing was sent.
+    campaign, ceiling = Worker.preview(url, campaign_id, state, ledger)
+    mech = campaign["mechanism"]
+    click.echo(
+        f"campaign {campaign['name']!r}: {mech['name']}, epsilon {mech['epsilon']:.4g} per "
+        f"{mech['unit']} ({mech['guarantee']}); your ceiling: {ceiling.per_answer:g} per "
+        f"answer, lifetime {ceiling.total:.4g} of {ceiling.lifetime:g} spent ({ceiling.path})",
+        err=True,
+    )
+    return campaign, ceiling
+
+
+@client.command("ceiling")
+@LEDGER
+@click.option("--state", type=click.Path(dir_okay=False), help="A state file (its ceiling).")
+@click.option(
+    "--per-answer", type=click.FloatRange(min=0, min_open=True), help="New per-answer ceiling."
+)
+@click.option(
+    "--lifetime",
+    type=click.FloatRange(min=0, min_open=True),
+    help="New ceiling on the epsilon spent over all campaigns.",
+)
+def client_ceiling(
+    ledger: str | None, state: str | None, per_answer: float | None, lifetime: float | None
+) -> None:
+    """Show (or change) your own ceiling: the largest epsilon per answer a campaign may use
+    on your answers, and the total over all your campaigns. Defaults: 3 per answer, 100 in
+    all (docs/service.md says why)."""
+    from .client import Ceiling
+
+    if ledger is None and state is not None:
+        ledger = json.loads(Path(state).read_text()).get("ledger")
+    # Without --state or --ledger: privtd-ledger.json in the current folder.
+    ceiling = Ceiling.for_state(state or "state.json", ledger)
+    if per_answer is not None or lifetime is not None:
+        ceiling.set(per_answer=per_answer, lifetime=lifetime)
+    click.echo(
+        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer; lifetime "
+        f"{ceiling.total:.6g} of {ceiling.lifetime:g} spent over {len(ceiling.spent)} campaign(s)"
     )
 
 
@@ -1211,6 +1324,13 @@ def client_submit(answers: str, state: str) -> None:
     if frame["answer"].isna().any():
         raise ValidationError(f"{answers} has empty answers; drop those rows.")
     worker = Worker(state)
+    mech = worker.campaign()["mechanism"]
+    click.echo(
+        f"campaign epsilon {worker.epsilon:.4g} per {mech['unit']}; your ceiling "
+        f"{worker.ceiling.per_answer:g}, lifetime {worker.ceiling.total:.4g} of "
+        f"{worker.ceiling.lifetime:g} spent",
+        err=True,
+    )
     values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]
     out = worker.submit(dict(zip(frame["task"], values, strict=True)))
     click.echo(

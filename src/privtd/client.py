@@ -5,7 +5,9 @@ result; a requester creates campaigns and reads the aggregated results.
     requester = Requester("http://127.0.0.1:8000", token)
     campaign = requester.create_campaign("smiles", ["img-1", "img-2"], "one-layer", epsilon=1.0,
                                          labels=["smile", "no smile"], budget=10.0)
-    worker = Worker.enrol("http://127.0.0.1:8000", campaign["id"], "alice", state="alice.json")
+    code = requester.issue_codes(campaign["id"])["codes"][0]      # handed to alice
+    worker = Worker.enrol("http://127.0.0.1:8000", campaign["id"], "alice", state="alice.json",
+                          code=code)
     worker.submit({"img-1": "smile", "img-2": "no smile"})
     result = requester.aggregate(campaign["id"])
 
@@ -14,6 +16,11 @@ submission not yet acknowledged. A submission is perturbed once and written ther
 idempotency key) before it is sent, so a retry, even after this process died, sends the same
 perturbed values under the same key: perturbing again would spend the budget twice, and the
 server stores a key's reports once.
+
+The worker's own ceiling (:class:`Ceiling`, a JSON file next to the state files unless told
+otherwise) caps the epsilon per answer of any campaign the worker joins and the total epsilon
+spent over all its campaigns; the client refuses a campaign or a submission past it before
+enrolling, perturbing or sending anything, whatever the server says.
 """
 
 from __future__ import annotations
@@ -30,6 +37,137 @@ from ._files import atomic_write_text
 from .errors import BudgetExceededError, PrivtdError, ValidationError
 from .mechanisms import MECHANISMS, Budget
 from .mechanisms._base import Mechanism
+
+#: The worker's defaults (docs/service.md, "The worker's ceiling"). Per answer: at epsilon 3,
+#: randomized response over two labels still sends the wrong label with probability 0.047, so
+#: a report is evidence, not a confession; past it the noise hides little (e^3 = 20-fold odds).
+DEFAULT_MAX_EPSILON_PER_ANSWER = 3.0
+#: Over every campaign: the sum of the epsilons spent (basic composition), a cap on what any
+#: number of campaigns together can learn about one worker. A backstop, not a strong guarantee.
+DEFAULT_MAX_LIFETIME_EPSILON = 100.0
+#: The ceiling's file when none is given: PRIVTD_LEDGER, else this name next to the state file.
+LEDGER_NAME = "privtd-ledger.json"
+
+
+class CeilingExceededError(BudgetExceededError):
+    """A campaign or a submission is past the worker's own ceiling; nothing was sent."""
+
+
+class Ceiling:
+    """The worker's own limits and what it has spent, over all its campaigns, in a JSON file.
+
+    Parameters
+    ----------
+    path : path-like
+        The file (made with the defaults if missing). Keep one per person: every state file
+        that names it adds to the same lifetime total.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the file again: another process (or Worker) sharing it may have spent since."""
+        try:
+            try:
+                data = json.loads(self.path.read_text())
+            except FileNotFoundError:
+                data = {}
+            per_answer = float(data.get("max_epsilon_per_answer", DEFAULT_MAX_EPSILON_PER_ANSWER))
+            lifetime = float(data.get("max_lifetime_epsilon", DEFAULT_MAX_LIFETIME_EPSILON))
+            spent = {str(k): float(v) for k, v in data.get("spent", {}).items()}
+        except (ValueError, TypeError, AttributeError, OSError) as exc:
+            raise ValidationError(
+                f"Cannot read the worker's ceiling file {self.path} ({exc}); fix or remove it "
+                "(removing it resets the lifetime total to 0)."
+            ) from None
+        self.per_answer, self.lifetime, self.spent = per_answer, lifetime, spent
+
+    @classmethod
+    def for_state(
+        cls, state: str | os.PathLike[str], ledger: str | os.PathLike[str] | None = None
+    ) -> Ceiling:
+        """The ceiling a worker's state file uses: ``ledger``, else PRIVTD_LEDGER, else
+        :data:`LEDGER_NAME` in the state file's folder."""
+        if ledger is None:
+            ledger = os.environ.get("PRIVTD_LEDGER") or Path(state).parent / LEDGER_NAME
+        return cls(ledger)
+
+    def set(self, *, per_answer: float | None = None, lifetime: float | None = None) -> None:
+        """Change the limits (the worker's choice) and save."""
+        for name, value in (("per-answer", per_answer), ("lifetime", lifetime)):
+            if value is not None and not (
+                isinstance(value, int | float) and 0 < value < float("inf")
+            ):
+                raise ValidationError(
+                    f"The {name} ceiling must be a positive number; got {value!r}."
+                )
+        self.refresh()
+        if per_answer is not None:
+            self.per_answer = float(per_answer)
+        if lifetime is not None:
+            self.lifetime = float(lifetime)
+        self.save()
+
+    @property
+    def total(self) -> float:
+        """Epsilon spent (or about to be sent) over every campaign."""
+        return float(sum(self.spent.values()))
+
+    def check_campaign(self, campaign: Mapping[str, Any]) -> float:
+        """The campaign's epsilon per answer; CeilingExceededError if it is not a finite
+        number within the per-answer ceiling."""
+        self.refresh()
+        m = campaign["mechanism"]
+        try:
+            eps = float(m["epsilon"])
+            # The client recomputes the epsilon from the natural parameters it will perturb
+            # with, rather than trust the figure the server states next to them.
+            own = float(MECHANISMS[m["name"]](**m["params"]).guarantee.epsilon)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CeilingExceededError(
+                f"Cannot tell this campaign's epsilon ({exc}); refusing it."
+            ) from None
+        eps = max(eps, own)
+        if not eps <= self.per_answer * (1 + 1e-9):  # NaN refused too; 1e-9: float rounding
+            raise CeilingExceededError(
+                f"Refused here: campaign {campaign.get('name', '')!r} perturbs with epsilon "
+                f"{eps:.4g} per {m.get('unit', 'answer')}, above your ceiling of "
+                f"{self.per_answer:g} ({self.path}); nothing was sent. Raise it with "
+                "'privtd client ceiling --per-answer X' only if you accept that."
+            )
+        return eps
+
+    def check_spend(self, key: str, campaign_total: float) -> None:
+        """CeilingExceededError if spending up to ``campaign_total`` in campaign ``key`` would
+        take the lifetime total past the ceiling."""
+        self.refresh()
+        total = self.total - self.spent.get(key, 0.0) + campaign_total
+        if total > self.lifetime * (1 + 1e-12):
+            raise CeilingExceededError(
+                f"Refused here: this would take your lifetime total over all campaigns to "
+                f"epsilon {total:.6g}, past your ceiling of {self.lifetime:g} ({self.path}); "
+                "nothing was sent."
+            )
+
+    def record(self, key: str, campaign_total: float) -> None:
+        self.refresh()  # what others recorded since stays counted
+        self.spent[key] = max(self.spent.get(key, 0.0), float(campaign_total))
+        self.save()
+
+    def save(self) -> None:
+        atomic_write_text(
+            self.path,
+            json.dumps(
+                {
+                    "max_epsilon_per_answer": self.per_answer,
+                    "max_lifetime_epsilon": self.lifetime,
+                    "spent": self.spent,
+                },
+                indent=1,
+            ),
+        )
 
 
 class ServiceError(PrivtdError):
@@ -53,7 +191,12 @@ class Worker:
     """One enrolled worker of one campaign; its state lives in the JSON file ``state``."""
 
     def __init__(
-        self, state: str | os.PathLike[str], *, retries: int = 5, timeout: float = 30.0
+        self,
+        state: str | os.PathLike[str],
+        *,
+        retries: int = 5,
+        timeout: float = 30.0,
+        ledger: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = Path(state)
         try:
@@ -65,19 +208,46 @@ class Worker:
         self.retries = retries
         self.timeout = timeout
         self._campaign: dict[str, Any] | None = None
+        self.ceiling = Ceiling.for_state(self.path, ledger or self.state.get("ledger"))
 
     # ---------------------------------------------------------------- enrolment
+    @staticmethod
+    def preview(
+        url: str,
+        campaign_id: str,
+        state: str | os.PathLike[str],
+        ledger: str | os.PathLike[str] | None = None,
+    ) -> tuple[dict[str, Any], Ceiling]:
+        """The campaign's public parameters and the worker's ceiling, read before enrolling
+        (a GET that identifies no one); CeilingExceededError if the campaign is above it."""
+        campaign = _request("GET", f"{url.rstrip('/')}/campaigns/{campaign_id}", None, None)
+        ceiling = Ceiling.for_state(state, ledger)
+        ceiling.check_campaign(campaign)
+        return dict(campaign), ceiling
+
     @classmethod
     def enrol(
-        cls, url: str, campaign_id: str, name: str, state: str | os.PathLike[str], **kwargs: Any
+        cls,
+        url: str,
+        campaign_id: str,
+        name: str,
+        state: str | os.PathLike[str],
+        *,
+        code: str | None = None,
+        ledger: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
     ) -> Worker:
+        """Enrol ``name`` with the requester's enrolment ``code`` (None: an open campaign).
+        The campaign's epsilon is checked against the worker's ceiling first: above it,
+        CeilingExceededError and nothing is sent."""
         path = Path(state)
         if path.exists():
             raise ValidationError(f"{path} already holds a worker's state; pick another file.")
-        body = _request(
-            "POST", f"{url.rstrip('/')}/campaigns/{campaign_id}/workers", None, {"name": name}
-        )
-        campaign = _request("GET", f"{url.rstrip('/')}/campaigns/{campaign_id}", None, None)
+        campaign, ceiling = cls.preview(url, campaign_id, path, ledger)
+        sent: dict[str, Any] = {"name": name}
+        if code is not None:
+            sent["code"] = code
+        body = _request("POST", f"{url.rstrip('/')}/campaigns/{campaign_id}/workers", None, sent)
         atomic_write_text(
             path,
             json.dumps(
@@ -90,11 +260,12 @@ class Worker:
                     "budget": campaign["budget"],
                     "spent_epsilon": 0.0,
                     "pending": None,
+                    "ledger": str(ceiling.path),
                 },
                 indent=1,
             ),
         )
-        return cls(path, **kwargs)
+        return cls(path, ledger=ceiling.path, **kwargs)
 
     # ---------------------------------------------------------------- reading
     def campaign(self) -> dict[str, Any]:
@@ -111,6 +282,15 @@ class Worker:
         return MECHANISMS[m["name"]](**m["params"])
 
     @property
+    def epsilon(self) -> float:
+        """The campaign's epsilon per answer, checked against the worker's ceiling."""
+        return self.ceiling.check_campaign(self.campaign())
+
+    @property
+    def _ledger_key(self) -> str:
+        return f"{self.state['url']} {self.state['campaign_id']} {self.state['worker_id']}"
+
+    @property
     def remaining(self) -> float:
         return float(self.state["budget"]) - float(self.state["spent_epsilon"])
 
@@ -124,7 +304,15 @@ class Worker:
         if not answers:
             raise ValidationError("No answers to send.")
         campaign = self.campaign()
+        # The worker's own ceiling, before anything is perturbed: the campaign's epsilon per
+        # answer (recomputed from the parameters the device will use), then the lifetime total.
+        self.ceiling.check_campaign(campaign)
         mech = self.mechanism()
+        n = len(self.tasks()) if campaign["whole_row"] else len(answers)
+        self.ceiling.check_spend(
+            self._ledger_key,
+            float(self.state["spent_epsilon"]) + mech.guarantee.epsilon * n,
+        )
         budget = Budget(float(self.state["budget"]))
         budget.spent_epsilon = float(self.state["spent_epsilon"])
         keys = [str(k) for k in answers]
@@ -153,6 +341,8 @@ class Worker:
             "epsilon": budget.spent_epsilon,
         }
         self._save()
+        # Counted in the lifetime total from here: the body may reach the server.
+        self.ceiling.record(self._ledger_key, budget.spent_epsilon)
         return self.resend()
 
     def resend(self) -> dict[str, Any]:
@@ -208,8 +398,12 @@ class Requester:
         params: Mapping[str, Any] | None = None,
         labels: list[Any] | None = None,
         method: str | None = None,
+        open_enrolment: bool = False,
+        max_workers: int | None = None,
     ) -> dict[str, Any]:
-        """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description."""
+        """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description.
+        Workers enrol with codes from :meth:`issue_codes`; ``open_enrolment`` lets anyone enrol
+        (fake workers included: the description's ``warning`` says so)."""
         body = {
             "name": name,
             "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
@@ -219,9 +413,20 @@ class Requester:
             "labels": labels,
             "budget": budget,
             "method": method,
+            "open_enrolment": open_enrolment,
+            "max_workers": max_workers,
         }
         # Not retried: a create whose answer was lost would make a second campaign.
         return dict(self._call("POST", "/campaigns", body, retries=0))
+
+    def issue_codes(
+        self, campaign_id: str, count: int = 1, *, expires_in: float | None = None
+    ) -> dict[str, Any]:
+        """``count`` enrolment codes (each admits one worker, once), expiring after
+        ``expires_in`` seconds if given: ``{"codes": [...], "expires_at": ...}``."""
+        body = {"count": count, "expires_in_s": expires_in}
+        # Not retried: a lost answer would leave codes no one has (harmless, but unseen).
+        return dict(self._call("POST", f"/campaigns/{campaign_id}/codes", body, retries=0))
 
     def start_run(self, campaign_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/campaigns/{campaign_id}/runs", None))

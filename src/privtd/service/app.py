@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import PrivtdError
 from . import aggregate, campaigns, db
 from .schema import campaigns as t_campaigns
+from .schema import enrolment_codes as t_codes
 from .schema import reports as t_reports
 from .schema import requesters as t_requesters
 from .schema import runs as t_runs
@@ -59,11 +61,19 @@ class CampaignIn(Strict):
     name: str = Field(min_length=1, max_length=200)
     tasks: list[TaskIn] = Field(min_length=1, max_length=1_000_000)
     mechanism: str = Field(max_length=32)
-    epsilon: float | None = Field(default=None, gt=0, le=50)
+    # Checked against the server's ceiling (privtd serve --max-epsilon) once the mechanism is
+    # built, whichever way its parameters are given.
+    epsilon: float | None = Field(default=None, gt=0)
     params: dict[str, float | int | str | None] = Field(default_factory=dict, max_length=10)
     labels: list[Label] | None = Field(default=None, min_length=2, max_length=1000)
     budget: float = Field(gt=0, le=1e6, description="Each worker's privacy budget (epsilon).")
     method: str | None = Field(default=None, max_length=32)
+    open_enrolment: bool = Field(
+        default=False,
+        description="Let anyone enrol without a code. Anyone can then add workers (fake ones "
+        "included), each with a fresh budget: prefer codes (POST /campaigns/ID/codes).",
+    )
+    max_workers: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
 class MechanismOut(BaseModel):
@@ -84,10 +94,30 @@ class CampaignOut(BaseModel):
     method: str
     n_tasks: int
     whole_row: bool
+    open_enrolment: bool
+    max_workers: int | None
+    #: Numeric mechanisms: the reports the server accepts (an honest release falls outside with
+    #: probability at most 1e-12 per report); None where the output domain is finite.
+    report_range: list[float] | None
+    #: Set when the campaign is made with open enrolment.
+    warning: str | None = None
+
+
+class CodesIn(Strict):
+    count: int = Field(default=1, ge=1, le=10_000)
+    expires_in_s: float | None = Field(
+        default=None, gt=0, le=366 * 86400, description="Seconds until the codes expire."
+    )
+
+
+class CodesOut(BaseModel):
+    codes: list[str]
+    expires_at: datetime | None
 
 
 class EnrolIn(Strict):
     name: str = Field(min_length=1, max_length=200)
+    code: str | None = Field(default=None, max_length=200)
 
 
 class EnrolOut(BaseModel):
@@ -178,10 +208,18 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 # ---------------------------------------------------------------------------- app
-def create_app(url: str = db.DEFAULT_URL, *, requester_token: str | None = None) -> FastAPI:
+def create_app(
+    url: str = db.DEFAULT_URL,
+    *,
+    requester_token: str | None = None,
+    max_epsilon: float = campaigns.DEFAULT_MAX_EPSILON,
+) -> FastAPI:
     """The API on the database at ``url``. ``requester_token``, if given, is registered as a
     requester's (its hash is stored); ``app.state.new_requester_token`` holds a token made
-    because the database had no requester yet (``privtd serve`` prints it once)."""
+    because the database had no requester yet (``privtd serve`` prints it once).
+    ``max_epsilon``: the largest epsilon per answer a campaign may have (refused above)."""
+    if not (isinstance(max_epsilon, int | float) and 0 < max_epsilon < math.inf):
+        raise PrivtdError(f"max_epsilon must be a positive finite number; got {max_epsilon!r}.")
     engine = db.connect(url)
     app = FastAPI(
         title="privtd collection service",
@@ -191,6 +229,7 @@ def create_app(url: str = db.DEFAULT_URL, *, requester_token: str | None = None)
     app.state.engine = engine
     app.state.new_requester_token = _ensure_requester(engine, requester_token)
     app.state.runner = aggregate.Runner(engine)
+    app.state.max_epsilon = float(max_epsilon)
     app.add_middleware(BodyLimit)
 
     @app.exception_handler(RequestValidationError)
@@ -203,7 +242,7 @@ def create_app(url: str = db.DEFAULT_URL, *, requester_token: str | None = None)
     async def _privtd(_request: Request, exc: PrivtdError) -> JSONResponse:
         return JSONResponse({"detail": str(exc).splitlines()[0]}, 422)
 
-    _routes(app, engine)
+    _routes(app, engine, float(max_epsilon))
     # The browser client: a page that perturbs in the browser (static/perturb.js).
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -243,7 +282,14 @@ def _bearer(authorization: str | None) -> str:
     return authorization[len("Bearer ") :]
 
 
-def _routes(app: FastAPI, engine: sa.Engine) -> None:
+OPEN_WARNING = (
+    "Open enrolment: anyone who has the campaign's id can enrol, as many identities as they "
+    "like (up to max_workers), each with a fresh budget; fake workers can then send any report "
+    "in the accepted range. Prefer enrolment codes (docs/service.md)."
+)
+
+
+def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     def requester(authorization: Auth = None) -> str:
         digest = db.token_hash(_bearer(authorization))
         with engine.connect() as conn:
@@ -281,6 +327,7 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
             sa.select(sa.func.count()).select_from(t_tasks).where(t_tasks.c.campaign_id == row.id)
         ).scalar_one()
         g = mech.guarantee
+        bounds = campaigns.report_range(mech)
         return CampaignOut(
             id=row.id,
             name=row.name,
@@ -297,11 +344,17 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
             method=row.method,
             n_tasks=n_tasks,
             whole_row=campaigns.whole_row(mech),
+            open_enrolment=row.open_enrolment,
+            max_workers=row.max_workers,
+            report_range=None if bounds is None else list(bounds),
+            warning=OPEN_WARNING if row.open_enrolment else None,
         )
 
     @app.post("/campaigns", status_code=201, response_model=CampaignOut)
     def create_campaign(body: CampaignIn, requester_id: str = Depends(requester)) -> CampaignOut:
         mech = campaigns.build_mechanism(body.mechanism, body.epsilon, body.params, body.labels)
+        campaigns.check_epsilon(mech, max_epsilon)
+        campaigns.check_report_range(mech)
         labels = campaigns.check_labels(mech, body.labels)
         method = campaigns.pick_method(mech, body.method)
         keys = [t.key for t in body.tasks]
@@ -320,6 +373,8 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
                     budget_epsilon=body.budget,
                     method=method,
                     created_at=now(),
+                    open_enrolment=body.open_enrolment,
+                    max_workers=body.max_workers,
                 )
             )
             conn.execute(
@@ -337,12 +392,87 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
         with engine.connect() as conn:
             return describe(conn, campaign_row(conn, campaign_id))
 
+    @app.post("/campaigns/{campaign_id}/codes", status_code=201, response_model=CodesOut)
+    def issue_codes(
+        campaign_id: str, body: CodesIn, requester_id: str = Depends(requester)
+    ) -> CodesOut:
+        """Enrolment codes: each admits one worker, once; shown here only (stored hashed)."""
+        expires = (
+            None if body.expires_in_s is None else now() + timedelta(seconds=body.expires_in_s)
+        )
+        made = [db.new_token() for _ in range(body.count)]
+        with engine.begin() as conn:
+            owned(conn, campaign_id, requester_id)
+            conn.execute(
+                t_codes.insert(),
+                [
+                    {
+                        "code_hash": digest,
+                        "campaign_id": campaign_id,
+                        "created_at": now(),
+                        "expires_at": expires,
+                    }
+                    for _, digest in made
+                ],
+            )
+        return CodesOut(codes=[code for code, _ in made], expires_at=expires)
+
+    def admit(conn: sa.Connection, row: Any, code: str | None, worker_id: str) -> None:
+        """Refuses the enrolment (HTTPException) unless the campaign is open or ``code`` is an
+        unused, unexpired code of this campaign, which it then spends on ``worker_id``."""
+        if row.max_workers is not None:
+            enrolled = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t_workers)
+                .where(t_workers.c.campaign_id == row.id)
+            ).scalar_one()
+            if enrolled > row.max_workers:  # this worker's row is already counted
+                raise HTTPException(
+                    403, f"This campaign is full: it admits {row.max_workers} workers at most."
+                )
+        if code is None:
+            if row.open_enrolment:
+                return
+            raise HTTPException(
+                401,
+                "This campaign enrols by invitation: send the enrolment code the requester gave "
+                "you ('code').",
+            )
+        digest = db.token_hash(code)
+        found = conn.execute(sa.select(t_codes).where(t_codes.c.code_hash == digest)).first()
+        if found is None or found.campaign_id != row.id:
+            raise HTTPException(403, "Unknown enrolment code for this campaign.")
+        expires = found.expires_at
+        if expires is not None and expires.tzinfo is None:  # SQLite drops the zone
+            expires = expires.replace(tzinfo=UTC)
+        if expires is not None and expires <= now():
+            raise HTTPException(403, "This enrolment code has expired; ask the requester again.")
+        spent = conn.execute(
+            t_codes.update()
+            .where(t_codes.c.code_hash == digest, t_codes.c.worker_id.is_(None))
+            .values(worker_id=worker_id, used_at=now())
+        )
+        if spent.rowcount != 1:
+            raise HTTPException(
+                403, "This enrolment code was already used; each admits one worker."
+            )
+
     @app.post("/campaigns/{campaign_id}/workers", status_code=201, response_model=EnrolOut)
     def enrol(campaign_id: str, body: EnrolIn) -> EnrolOut:
         token, digest = db.new_token()
         worker_id = str(uuid.uuid4())
         with engine.begin() as conn:
-            campaign_row(conn, campaign_id)
+            row = campaign_row(conn, campaign_id)
+            if row.max_workers is not None:
+                # Lock the campaign's row before adding a worker, so two enrolments cannot both
+                # see room for one (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers and
+                # ignores FOR ... UPDATE). NO KEY UPDATE: the worker rows' foreign-key locks
+                # do not conflict with it.
+                conn.execute(
+                    sa.select(t_campaigns.c.id)
+                    .where(t_campaigns.c.id == campaign_id)
+                    .with_for_update(key_share=True)
+                )
             try:
                 with conn.begin_nested():
                     conn.execute(
@@ -355,6 +485,9 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
                             enrolled_at=now(),
                         )
                     )
+                    # After the worker's row (the code points at it), in the same transaction:
+                    # a refused code leaves no worker behind.
+                    admit(conn, row, body.code, worker_id)
             except sa.exc.IntegrityError:
                 raise HTTPException(409, f"A worker named {body.name!r} is enrolled.") from None
         return EnrolOut(worker_id=worker_id, token=token)
@@ -398,6 +531,8 @@ def _routes(app: FastAPI, engine: sa.Engine) -> None:
             if earlier is not None:
                 return _replay(earlier, digest, who)
             mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
+            # A campaign made before the ceiling existed, or under a laxer one, takes nothing.
+            campaigns.check_epsilon(mech, max_epsilon)
             if body.mechanism.name != row.mechanism or not _same_params(
                 body.mechanism.params, row.mechanism_params
             ):

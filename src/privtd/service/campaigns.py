@@ -11,7 +11,8 @@ from ..errors import ValidationError
 from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
-from ..mechanisms.null_aware import KRRNull, NullAwareMechanism, TwoLayerNull
+from ..mechanisms.exp_gaussian import ExpGaussian
+from ..mechanisms.null_aware import KRRNull, LaplaceNull, NullAwareMechanism, TwoLayerNull
 
 #: Mechanisms a device can run alone, answer by answer (MF needs the whole matrix's profiles).
 SERVED = (
@@ -23,6 +24,93 @@ SERVED = (
     "two-layer-null",
     "laplace",
 )
+
+
+#: The server's default ceiling on a campaign's epsilon per answer (``privtd serve
+#: --max-epsilon``). Randomized response over two labels at epsilon 10 keeps the true answer
+#: with probability 0.99995: past it the noise hides next to nothing (docs/service.md).
+DEFAULT_MAX_EPSILON = 10.0
+
+#: The probability, per report, that an honest release falls outside the range the server
+#: accepts (:func:`report_range`).
+TAIL = 1e-12
+
+#: Campaigns whose honest reports could reach past this magnitude are refused: float64 holds
+#: every integer exactly only up to 2^53 ~ 9e15, and the estimators' sums of squares stay far
+#: from overflow below it (docs/service.md).
+MAX_MAGNITUDE = 1e15
+
+
+def _tail_multiple(tail: float) -> tuple[float, float]:
+    """``(z_laplace, z_mixture)``: the noise, in units of the Laplace scale ``b``, that an
+    honest release passes with probability at most ``tail``.
+
+    Laplace (continuous: ``P(|X| >= z b) = e^-z``; discrete Laplace on a grid of step ``g``:
+    ``P(|J| >= k) = 2 e^(-k g / b) / (1 + e^(-g / b)) <= 2 e^-z`` at ``k g = z b``):
+    ``z = ln(2 / tail)``. The exp-gaussian mixture (continuous: exactly Laplace, ``e^-z``;
+    discrete Gaussian given ``v``: sub-Gaussian, ``P(|J| g >= t) <= 2 e^(-t^2 / 2v)``, Canonne,
+    Kamath and Steinke 2020, Corollary 9; mixed over ``v ~ Exp(rate)``:
+    ``E[2 e^(-t^2 / 2v)] = 2 z K_1(z)`` with ``z = t / b``): the ``z`` at which the larger of
+    ``2 z K_1(z)`` and ``2 e^-z`` is ``tail``."""
+    from scipy import optimize, special
+
+    def excess(z: float) -> float:
+        return math.log(max(2.0 * z * float(special.kv(1, z)), 2.0 * math.exp(-z))) - math.log(tail)
+
+    return math.log(2.0 / tail), float(optimize.brentq(excess, 1.0, 200.0))
+
+
+Z_LAPLACE, Z_MIXTURE = _tail_multiple(TAIL)
+
+
+def check_epsilon(mech: Mechanism, max_epsilon: float) -> float:
+    """The campaign's epsilon per answer, or a ValidationError if it is not finite or above the
+    server's ceiling, however the parameters were given (epsilon or natural parameters)."""
+    eps = float(mech.guarantee.epsilon)
+    if not math.isfinite(eps) or eps > max_epsilon * (1 + 1e-9):  # 1e-9: float rounding
+        raise ValidationError(
+            f"This campaign's parameters mean epsilon {eps:.6g} per {mech.guarantee.unit}, above "
+            f"this server's ceiling of {max_epsilon:g}: its noise would hide next to nothing. "
+            "Choose a smaller epsilon (or natural parameters that mean one), or ask the server's "
+            "operator (privtd serve --max-epsilon)."
+        )
+    return eps
+
+
+def report_range(mech: Mechanism) -> tuple[float, float] | None:
+    """The numeric reports the server accepts for ``mech``: an honest release falls outside
+    with probability at most :data:`TAIL` per report, whether its noise is the continuous law
+    or the discrete one on the public grid. None for mechanisms whose output domain is finite
+    (checked exactly by :func:`encode_values`).
+
+    ``[low - h, high + h]`` with ``h = z b + m``: ``b`` the Laplace scale of one report's noise
+    (laplace: ``scale``; exp-gaussian: ``1 / sqrt(2 rate)``, the scale of its per-report
+    marginal), ``z`` from :func:`_tail_multiple`, and a margin ``m`` of grid steps (laplace:
+    one score; exp-gaussian: three steps of its ``granularity``, covering the answer's rounding
+    to the grid, the quantised standard deviation and the discrete tail's last step). The range
+    is computed from public parameters only, so refusing what falls outside it is
+    post-processing: it costs no privacy."""
+    if isinstance(mech, LaplaceNull):
+        half = Z_LAPLACE * float(mech.scale) + 1.0
+    elif isinstance(mech, ExpGaussian):
+        step = getattr(mech, "granularity", None) or (mech.high - mech.low) / 1024
+        half = Z_MIXTURE * mech.laplace_scale + 3.0 * float(step)
+    else:
+        return None
+    return float(mech.low) - half, float(mech.high) + half
+
+
+def check_report_range(mech: Mechanism) -> tuple[float, float] | None:
+    """:func:`report_range`, or a ValidationError if honest reports could pass
+    :data:`MAX_MAGNITUDE`."""
+    bounds = report_range(mech)
+    if bounds is not None and max(abs(bounds[0]), abs(bounds[1])) > MAX_MAGNITUDE:
+        raise ValidationError(
+            f"This campaign's honest reports could reach {max(map(abs, bounds)):.3g}, past the "
+            f"{MAX_MAGNITUDE:g} the server accepts; declare a narrower answer range or a larger "
+            "epsilon."
+        )
+    return bounds
 
 
 def build_mechanism(
@@ -108,6 +196,7 @@ def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[An
     low, high = (
         (mech.low, mech.high) if isinstance(mech, KRRNull | TwoLayerNull) else (-math.inf, math.inf)
     )
+    accepted = report_range(mech)
     out: list[Any] = []
     for v in values:
         if v is None:
@@ -121,6 +210,12 @@ def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[An
             raise ValidationError(
                 f"Value {v!r} is outside {mech.name}'s output domain: integers {low}..{high} "
                 "or null."
+            )
+        if accepted is not None and not accepted[0] <= v <= accepted[1]:
+            raise ValidationError(
+                f"Value {v!r} is outside [{accepted[0]:.6g}, {accepted[1]:.6g}], the range an "
+                f"honest {mech.name} release leaves only with probability {TAIL:g} per report "
+                "(docs/service.md); send what the mechanism released."
             )
         out.append(float(v))
     return out

@@ -31,6 +31,10 @@ campaigns = sa.Table(
     sa.Column("budget_epsilon", sa.Float, nullable=False),
     sa.Column("method", sa.String(32), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    # Enrolment: by the requester's codes only, unless the campaign asked for open enrolment;
+    # max_workers caps the enrolled workers either way (None: no cap).
+    sa.Column("open_enrolment", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("max_workers", sa.Integer, nullable=True),
 )
 
 tasks = sa.Table(
@@ -54,6 +58,19 @@ workers = sa.Table(
     sa.Column("spent_epsilon", sa.Float, nullable=False, default=0.0),
     sa.Column("enrolled_at", sa.DateTime(timezone=True), nullable=False),
     sa.UniqueConstraint("campaign_id", "name", name="uq_workers_name"),
+)
+
+enrolment_codes = sa.Table(
+    "enrolment_codes",
+    metadata,
+    # A code admits one worker to one campaign; kept as a SHA-256 hash, like the tokens.
+    sa.Column("code_hash", sa.String(64), primary_key=True),
+    sa.Column("campaign_id", sa.String(36), sa.ForeignKey("campaigns.id"), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
+    # Set once, when the code is used: a code never admits a second worker.
+    sa.Column("worker_id", sa.String(36), sa.ForeignKey("workers.id"), nullable=True),
+    sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 submissions = sa.Table(
@@ -104,3 +121,4 @@ runs = sa.Table(
 
 sa.Index("ix_runs_campaign", runs.c.campaign_id, runs.c.created_at)
 sa.Index("ix_workers_campaign", workers.c.campaign_id)
+sa.Index("ix_enrolment_codes_campaign", enrolment_codes.c.campaign_id)
