@@ -448,6 +448,8 @@ def test_the_page_computes_the_same_epsilon_as_python():
         ("two-layer-null", {"epsilon": 1.5, "low": 1, "high": 5}, None),
         ("laplace", {"epsilon": 0.8, "low": 1, "high": 5}, None),
         ("exp-gaussian", {"epsilon": 2.5, "low": 0.0, "high": 10.0}, None),
+        # a granularity that does not divide the range: n g, not high - low
+        ("exp-gaussian", {"epsilon": 2.5, "low": 0.0, "high": 10.0, "granularity": 0.3}, None),
     ]
     mechs = []
     for name, kw, labels in cases:
@@ -463,13 +465,7 @@ def test_the_page_computes_the_same_epsilon_as_python():
     )
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
     for (mech, _, expected), got in zip(mechs, json.loads(out.stdout), strict=True):
-        # The numeric mechanisms: the page computes the papers' figures (P1's sqrt(2 rate)
-        # (high - low), P3's |Gamma| / scale); a release on the public grid may state its own,
-        # close, figure (exactly (high - low) / scale for laplace). The page takes the larger of
-        # the stated and its own, and its own guards against absurd parameters, where a few
-        # tens of percent do not matter.
-        rel = 0.3 if mech["name"] in ("exp-gaussian", "laplace") else 1e-9
-        assert got == pytest.approx(expected, rel=rel), mech["name"]
+        assert got == pytest.approx(expected, rel=1e-9), mech["name"]
 
 
 def test_serve_refuses_a_ceiling_that_is_not_a_number(tmp_path, capsys):

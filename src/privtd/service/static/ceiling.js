@@ -47,10 +47,13 @@ export function epsilonOf(mechanism, labels) {
       const other = (top - Math.log(g + Math.exp(top)) + Math.log(g + 1)) / (g * top);
       return Math.log((1 - g * other) / other);
     }
-    case "laplace":
-      return (p.high - p.low + 1) / p.scale;
-    case "exp-gaussian":
-      return (p.high - p.low) * Math.sqrt(2 * p.rate);
+    case "laplace": // discrete Laplace on the integer scores: a base moves high - low steps
+      return (p.high - p.low) / p.scale;
+    case "exp-gaussian": { // the range in whole grid steps, n g, times sqrt(2 rate)
+      const g = p.granularity ?? (p.high - p.low) / 1024;
+      const n = Math.floor((p.high - p.low) / g + 0.5);
+      return n * g * Math.sqrt(2 * p.rate);
+    }
     default:
       return NaN;
   }
