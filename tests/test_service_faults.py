@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +24,8 @@ import test_service  # noqa: E402
 from privtd import client as client_module  # noqa: E402
 from privtd.client import Requester, ServiceError, Worker  # noqa: E402
 from privtd.errors import ValidationError  # noqa: E402
-from privtd.service import aggregate, create_app, requesters  # noqa: E402
+from privtd.service import aggregate, create_app, db, requesters  # noqa: E402
+from privtd.service.schema import requesters as t_requesters  # noqa: E402
 from privtd.service.schema import runs as t_runs  # noqa: E402
 from test_cli import run as cli  # noqa: E402
 from test_service import (  # noqa: E402
@@ -97,6 +99,18 @@ def test_nul_characters_and_huge_integers_are_refused_with_a_4xx(api):
     assert counts(api) == (0, 0)
 
 
+def test_the_fault_probe_finds_no_server_error(url):
+    # benchmarks/attacks/service_faults.py, the script that found these faults: before, it
+    # counted 4 server errors on SQLite and 8 on PostgreSQL, and the one-character token passed.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "attacks"))
+    from service_faults import probe
+
+    result = probe(url)
+    assert result.pop("server_errors") == 0 and result.pop("short_token") == "refused"
+    assert result.pop("streamed_body_over_4MB") == 413 and result.pop("nul_in_path") == 400
+    assert set(result.values()) == {422}, result
+
+
 def test_a_streamed_body_over_the_limit_gets_413(api):
     # No Content-Length (chunked): the limit is found while reading, which answered 400.
     made = make_campaign(api)
@@ -124,9 +138,6 @@ def test_short_requester_tokens_are_refused(tmp_path, capsys):
     assert code != 0 and err.count("\n") == 1 and "at least 32" in err, err
     # A short token registered before the check existed is refused when presented.
     app = create_app(db_url, requester_token=REQUESTER)
-    from privtd.service import db
-    from privtd.service.schema import requesters as t_requesters
-
     with app.state.engine.begin() as conn:
         conn.execute(
             t_requesters.insert().values(
@@ -182,7 +193,12 @@ def test_requester_tokens_can_be_revoked_and_rotated(live, tmp_path, capsys):
 def test_another_requesters_campaign_is_403(api):
     made = make_campaign(api)
     other = "another-requester-token-of-length-32+"
-    requesters.ensure(api.app_state.engine, other)
+    with api.app_state.engine.begin() as conn:  # a second requester, as privtd serve adds one
+        conn.execute(
+            t_requesters.insert().values(
+                id="other", token_hash=db.token_hash(other), created_at=aggregate.now()
+            )
+        )
     theirs = {"Authorization": f"Bearer {other}"}
     cid = made["id"]
     started = api.post(f"/campaigns/{cid}/runs", headers=AUTH).json()
@@ -221,7 +237,7 @@ def test_runs_a_crash_interrupted_fail_at_start_up(url):
     restarted.state.engine.dispose()
 
 
-def test_polling_a_run_stops_at_the_timeout(live, monkeypatch):
+def test_polling_a_run_stops_at_the_timeout(live, monkeypatch, capsys):
     base, api = live
     made = make_campaign(api)
     # A runner that never picks the run up: the run stays queued.
@@ -229,6 +245,9 @@ def test_polling_a_run_stops_at_the_timeout(live, monkeypatch):
     requester = Requester(base, REQUESTER)
     with pytest.raises(ServiceError, match=r"still queued after 0.3 s.*goes on on the server"):
         requester.aggregate(made["id"], poll=0.05, timeout=0.3)
+    args = ["campaign", "aggregate", base, made["id"], "--timeout", "0.3", "--token", REQUESTER]
+    code, _, err = cli(args, capsys)
+    assert code != 0 and err.count("\n") == 1 and "still queued after 0.3 s" in err, err
 
 
 def test_a_failed_run_says_why(live, monkeypatch):
