@@ -396,10 +396,9 @@ def test_the_client_retries_transient_failures_with_backoff(monkeypatch):
 
 
 # ------------------------------------------------------------------ kill -9 on PostgreSQL
+@pytest.mark.parametrize("url", ["postgresql"], indirect=True)
 def test_load_script_survives_kill_9_on_postgresql(url):
     # tests/test_service.py runs it on SQLite; here the same on PostgreSQL, smaller.
-    if not url.startswith("postgresql"):
-        pytest.skip("SQLite: tests/test_service.py::test_load_script_survives_kill_9_exactly_once")
     script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "load_service.py")
     cmd = [os.sys.executable, script, "--db", url, "--workers", "10", "--answers", "10000"]
     done = subprocess.run(

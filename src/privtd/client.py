@@ -13,7 +13,9 @@ The worker's state file keeps its token, what it has spent of its privacy budget
 submission not yet acknowledged. A submission is perturbed once and written there (with its
 idempotency key) before it is sent, so a retry, even after this process died, sends the same
 perturbed values under the same key: perturbing again would spend the budget twice, and the
-server stores a key's reports once.
+server stores a key's reports once. A submission the server refuses for good (a 4xx) is counted
+as spent all the same, since the server received it, and dropped from the state: it is never
+sent again (``Worker.resend``).
 """
 
 from __future__ import annotations
