@@ -328,6 +328,59 @@ def test_a_refused_submission_counts_as_spent_and_the_worker_goes_on(live, tmp_p
     assert json.loads(state.read_text())["spent_epsilon"] == pytest.approx(4.0)
 
 
+def test_the_refused_replay_attack_finds_the_worker_going_on(url):
+    # benchmarks/attacks/refused_replay.py: before, 0 of 3 later tasks stored, the refused body
+    # sent 4 times, epsilon 1 counted of 2 released.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "attacks"))
+    from refused_replay import attack
+
+    got = attack(url, later=3)
+    assert got["later_stored"] == 3 and got["refused_body_sent"] == 1
+    assert got["epsilon_counted"] == got["epsilon_released"] == 5.0
+
+
+def test_a_transient_failure_keeps_the_body_and_a_final_one_drops_it(tmp_path, monkeypatch):
+    import httpx
+
+    state = tmp_path / "w.json"
+    body = {
+        "mechanism": {"name": "one-layer", "params": {}},
+        "reports": [{"task": "t0", "value": "a"}],
+    }
+    pending = {"key": "k", "body": body, "epsilon": 3.0, "cost": 1.0}
+    state.write_text(
+        json.dumps(
+            {
+                "url": "http://x",
+                "campaign_id": "c",
+                "name": "w",
+                "worker_id": "i",
+                "token": "t",
+                "budget": 10.0,
+                "spent_epsilon": 2.0,
+                "pending": pending,
+            }
+        )
+    )
+    busy = FakeResponse(409, {"detail": "concurrent"}, {"retry-after": "1"})
+    for failure in (FakeResponse(503, {"detail": "down"}), httpx.ConnectError("no"), busy):
+        scripted(monkeypatch, [failure] * 3)
+        with pytest.raises(ServiceError) as caught:
+            Worker(state, retries=2).resend()
+        assert caught.value.transient
+        kept = json.loads(state.read_text())
+        assert kept["pending"] == pending and kept["spent_epsilon"] == 2.0  # sent again later
+    calls, _ = scripted(monkeypatch, [FakeResponse(422, {"detail": "Unknown task(s)"})])
+    with pytest.raises(ServiceError, match="Unknown task.*counts as spent"):
+        Worker(state, retries=2).resend()
+    assert len(calls) == 1
+    dropped = json.loads(state.read_text())
+    assert dropped["pending"] is None and dropped["spent_epsilon"] == 3.0
+    assert dropped["refused"] == [
+        {"key": "k", "tasks": ["t0"], "epsilon": 1.0, "detail": "Unknown task(s)"}
+    ]
+
+
 # ------------------------------------------------------------------ the client's retries
 class FakeResponse:
     def __init__(self, status, body=None, headers=None):
