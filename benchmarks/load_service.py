@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from privtd.mechanisms import MECHANISMS
 
-TOKEN = "load-test-requester-token"
+TOKEN = "load-test-requester-token-32-chars"
 
 
 def free_port() -> int:

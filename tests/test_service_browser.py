@@ -112,7 +112,8 @@ def test_the_page_is_served(tmp_path):
 
     from privtd.service import create_app
 
-    app = create_app(f"sqlite:///{tmp_path / 's.db'}", requester_token="t")
+    token = "requester-token-of-32-characters!"
+    app = create_app(f"sqlite:///{tmp_path / 's.db'}", requester_token=token)
     with TestClient(app) as client:
         page = client.get("/collect")
         assert page.status_code == 200 and "perturb.js" in page.text

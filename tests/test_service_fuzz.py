@@ -15,7 +15,7 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from privtd.service import create_app  # noqa: E402
 
-TOKEN = "fuzz-requester-token"
+TOKEN = "fuzz-requester-token-of-32-characters"
 app = create_app(
     f"sqlite:///{tempfile.mkdtemp(prefix='privtd-fuzz-')}/fuzz.db", requester_token=TOKEN
 )

@@ -1032,8 +1032,9 @@ def _service() -> Any:
 @click.option(
     "--requester-token",
     envvar="PRIVTD_REQUESTER_TOKEN",
-    help="Register this requester token (env PRIVTD_REQUESTER_TOKEN); without it, a new "
-    "database makes one and prints it once.",
+    help="Register this requester token (env PRIVTD_REQUESTER_TOKEN), at least 32 random "
+    "characters (python -c 'import secrets; print(secrets.token_urlsafe(32))'); without it, a "
+    "new database makes one and prints it once.",
 )
 @click.option(
     "--max-epsilon",
@@ -1054,8 +1055,71 @@ def serve(url: str, host: str, port: int, requester_token: str | None, max_epsil
     app = service.create_app(url, requester_token=requester_token, max_epsilon=max_epsilon)
     if app.state.new_requester_token:
         click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
+    if app.state.runner.interrupted:
+        click.echo(
+            f"{app.state.runner.interrupted} aggregation run(s) left running by a server that "
+            "stopped are marked failed; start them again (privtd campaign aggregate)",
+            err=True,
+        )
     click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+DB = click.option(
+    "--db",
+    "url",
+    default="sqlite:///privtd.db",
+    show_default=True,
+    help="The server's database URL (as given to privtd serve).",
+)
+
+
+@cli.group()
+def requester() -> None:
+    """The server operator's side: list requesters, revoke or replace a requester's token.
+
+    These work on the database directly (run them where privtd serve runs), so they work when
+    the token itself is lost or leaked. A requester holding its token can do the same over the
+    API: DELETE /requester/token revokes it, POST /requester/token replaces it.
+    """
+
+
+@requester.command("list")
+@DB
+def requester_list(url: str) -> None:
+    """Print every requester: id, created, revoked (or -), number of campaigns."""
+    service = _service()
+    engine = service.db.connect(url)
+    for r in service.requesters.listing(engine):
+        revoked = "-" if r["revoked_at"] is None else f"revoked {r['revoked_at']:%Y-%m-%d %H:%M}"
+        click.echo(f"{r['id']}  {r['created_at']:%Y-%m-%d %H:%M}  {revoked}  {r['campaigns']}")
+    engine.dispose()
+
+
+@requester.command("revoke")
+@click.argument("requester_id")
+@DB
+def requester_revoke(requester_id: str, url: str) -> None:
+    """Revoke REQUESTER_ID's token: refused from now on (its campaigns stay; rotate makes a
+    new token for them)."""
+    service = _service()
+    engine = service.db.connect(url)
+    service.requesters.revoke(engine, requester_id)
+    engine.dispose()
+    click.echo(f"revoked the token of requester {requester_id}", err=True)
+
+
+@requester.command("rotate")
+@click.argument("requester_id")
+@DB
+def requester_rotate(requester_id: str, url: str) -> None:
+    """Print a new token for REQUESTER_ID (its campaigns); the old token stops working."""
+    service = _service()
+    engine = service.db.connect(url)
+    token = service.requesters.rotate(engine, requester_id)
+    engine.dispose()
+    click.echo(token)
+    click.echo("the previous token of this requester no longer works", err=True)
 
 
 TOKEN = click.option(
@@ -1187,9 +1251,21 @@ def campaign_codes(
 @click.argument("campaign_id")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="CSV: task,truth,confidence.")
 @click.option("--workers", type=click.Path(dir_okay=False), help="CSV: worker,weight.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800.0,
+    show_default=True,
+    help="Seconds to wait for the run; past them the command fails and the run goes on.",
+)
 @TOKEN
 def campaign_aggregate(
-    url: str, campaign_id: str, output: str | None, workers: str | None, token: str
+    url: str,
+    campaign_id: str,
+    output: str | None,
+    workers: str | None,
+    timeout: float,
+    token: str,
 ) -> None:
     """Run the campaign's estimator on its reports (resuming from the last run) and write the
     truths; prints the privacy report."""
@@ -1199,7 +1275,7 @@ def campaign_aggregate(
         if run["status"] == "running" and sys.stderr.isatty():
             click.echo(f"\riteration {run['iteration']}", nl=False, err=True)
 
-    result = Requester(url, token).aggregate(campaign_id, progress=progress)
+    result = Requester(url, token).aggregate(campaign_id, progress=progress, timeout=timeout)
     truths = pd.Series(result["truths"], name="truth").rename_axis("task")
     frame = truths.to_frame()
     if result["confidence"] is not None:
@@ -1334,8 +1410,9 @@ def client_submit(answers: str, state: str) -> None:
     values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]
     out = worker.submit(dict(zip(frame["task"], values, strict=True)))
     click.echo(
-        f"sent {out['n_reports']} perturbed report(s); spent epsilon {out['spent_epsilon']:g} "
-        f"of {worker.state['budget']:g}"
+        # The worker's own count: it includes releases the server refused (it received them).
+        f"sent {out['n_reports']} perturbed report(s); spent epsilon "
+        f"{worker.state['spent_epsilon']:g} of {worker.state['budget']:g}"
     )
 
 

@@ -15,7 +15,9 @@ The worker's state file keeps its token, what it has spent of its privacy budget
 submission not yet acknowledged. A submission is perturbed once and written there (with its
 idempotency key) before it is sent, so a retry, even after this process died, sends the same
 perturbed values under the same key: perturbing again would spend the budget twice, and the
-server stores a key's reports once.
+server stores a key's reports once. A submission the server refuses for good (a 4xx) is counted
+as spent all the same, since the server received it, and dropped from the state: it is never
+sent again (``Worker.resend``).
 
 The worker's own ceiling (:class:`Ceiling`, a JSON file next to the state files unless told
 otherwise) caps the epsilon per answer of any campaign the worker joins and the total epsilon
@@ -171,12 +173,18 @@ class Ceiling:
 
 
 class ServiceError(PrivtdError):
-    """The server refused a request (4xx) or could not be reached after the retries."""
+    """The server refused a request (4xx) or could not be reached after the retries.
 
-    def __init__(self, status: int, detail: str) -> None:
+    ``transient`` is True where the same request may succeed later (no connection, a 5xx, a
+    409 sent with ``Retry-After`` because a concurrent request held the row), False for a
+    refusal the same request will always get.
+    """
+
+    def __init__(self, status: int, detail: str, *, transient: bool = False) -> None:
         super().__init__(f"server answered {status}: {detail}" if status else detail)
         self.status = status
         self.detail = detail
+        self.transient = transient
 
 
 def _http() -> Any:
@@ -339,6 +347,7 @@ class Worker:
             "key": str(uuid.uuid4()),
             "body": body,
             "epsilon": budget.spent_epsilon,
+            "cost": budget.spent_epsilon - float(self.state["spent_epsilon"]),
         }
         self._save()
         # Counted in the lifetime total from here: the body may reach the server.
@@ -346,17 +355,55 @@ class Worker:
         return self.resend()
 
     def resend(self) -> dict[str, Any]:
-        """Send (again) the unacknowledged submission in the state file, same key, same body."""
+        """Send (again) the unacknowledged submission in the state file, same key, same body.
+
+        If the server refuses it for good (a 4xx other than a transient conflict: a task
+        already reported, past the server's budget, unknown task...), the release still
+        happened, since the server received the perturbed values: its epsilon stays spent, the
+        submission moves to the state's ``refused`` list and is never sent again (a fresh
+        perturbation of the same answers would spend the budget twice), and the error is
+        raised. The next :meth:`submit` goes on from there.
+        """
         pending = self.state.get("pending")
         if not pending:
             raise ValidationError("Nothing is waiting to be sent.")
-        out = self._call(
-            "POST", "/submissions", pending["body"], headers={"Idempotency-Key": pending["key"]}
-        )
+        try:
+            out = self._call(
+                "POST", "/submissions", pending["body"], headers={"Idempotency-Key": pending["key"]}
+            )
+        except (ServiceError, BudgetExceededError) as exc:
+            if isinstance(exc, ServiceError) and (exc.transient or not 400 <= exc.status < 500):
+                raise  # may succeed later: kept pending, resent unchanged
+            raise self._refused(pending, exc) from None
         self.state["spent_epsilon"] = max(float(pending["epsilon"]), float(out["spent_epsilon"]))
         self.state["pending"] = None
         self._save()
         return dict(out)
+
+    def _refused(self, pending: dict[str, Any], exc: PrivtdError) -> PrivtdError:
+        """Record a refused release as spent and no longer pending; the error to raise."""
+        spent = max(float(self.state["spent_epsilon"]), float(pending["epsilon"]))
+        cost = float(pending.get("cost", spent - float(self.state["spent_epsilon"])))
+        detail = exc.detail if isinstance(exc, ServiceError) else str(exc)
+        self.state["spent_epsilon"] = spent
+        self.state.setdefault("refused", []).append(
+            {
+                "key": pending["key"],
+                "tasks": [r["task"] for r in pending["body"]["reports"]],
+                "epsilon": cost,
+                "detail": detail,
+            }
+        )
+        self.state["pending"] = None
+        self._save()
+        note = (
+            f"; the perturbed release (epsilon {cost:g}) reached the server, so it counts as "
+            f"spent (epsilon {spent:g} of {float(self.state['budget']):g}) and is never sent "
+            "again; the next submission goes on"
+        )
+        if isinstance(exc, ServiceError):
+            return ServiceError(exc.status, exc.detail + note)
+        return BudgetExceededError(str(exc) + note)
 
     # ---------------------------------------------------------------- plumbing
     def _save(self) -> None:
@@ -428,6 +475,19 @@ class Requester:
         # Not retried: a lost answer would leave codes no one has (harmless, but unseen).
         return dict(self._call("POST", f"/campaigns/{campaign_id}/codes", body, retries=0))
 
+    def rotate_token(self) -> str:
+        """Replace this requester's token by a new one (same campaigns) and use it from now on;
+        the old token stops working. Returns the new token: keep it, it is shown once."""
+        # Not retried: a lost answer would leave the old token revoked and the new one unseen.
+        out = self._call("POST", "/requester/token", None, retries=0)
+        self.token = str(out["token"])
+        return self.token
+
+    def revoke_token(self) -> None:
+        """Revoke this requester's token. Afterwards only the server's operator can make a
+        new one (``privtd requester rotate``)."""
+        self._call("DELETE", "/requester/token", None)
+
     def start_run(self, campaign_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/campaigns/{campaign_id}/runs", None))
 
@@ -444,12 +504,26 @@ class Requester:
         *,
         poll: float = 0.25,
         progress: Any = None,
+        timeout: float = 1800.0,
     ) -> dict[str, Any]:
-        """Start a run, wait for it (``progress(run)`` after each poll) and return the results;
-        a failed run raises ServiceError with the server's reason."""
+        """Start a run, wait for it (``progress(run)`` after each poll) and return the results.
+
+        A failed run raises ServiceError with the server's reason; a run still going after
+        ``timeout`` seconds raises ServiceError naming the run, which keeps going on the
+        server (read it later with :meth:`run` and :meth:`results`).
+        """
         run = self.start_run(campaign_id)
+        deadline = time.monotonic() + timeout
         while run["status"] not in ("done", "failed"):
-            time.sleep(poll)
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    0,
+                    f"the aggregation run {run['run_id']} is still {run['status']} after "
+                    f"{timeout:g} s (iteration {run['iteration']} of {run['max_iter']}); it goes "
+                    "on on the server: read it later (Requester.run, Requester.results) or wait "
+                    "longer (timeout=, privtd campaign aggregate --timeout).",
+                )
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             run = self.run(campaign_id, run["run_id"])
             if progress is not None:
                 progress(run)
@@ -484,8 +558,9 @@ def _request(
     retries: int = 5,
     timeout: float = 30.0,
 ) -> Any:
-    """One API call; connection failures and 5xx are retried with backoff (safe: every write
-    carries an idempotency key or is an enrolment the server refuses twice)."""
+    """One API call; connection failures, 5xx and a 409 with Retry-After are retried with
+    backoff, 0.2 s doubling to at most 5 s between tries (safe: every write carries an
+    idempotency key or is an enrolment the server refuses twice)."""
     httpx = _http()
     sent = dict(headers or {})
     if token:
@@ -496,17 +571,21 @@ def _request(
             response = httpx.request(method, url, json=body, headers=sent, timeout=timeout)
         except httpx.TransportError as exc:
             if attempt == retries:
-                raise ServiceError(0, f"cannot reach {url}: {exc}") from None
+                raise ServiceError(0, f"cannot reach {url}: {exc}", transient=True) from None
         else:
-            if response.status_code < 500:
+            # A 409 with Retry-After: a concurrent request of the same worker held the row;
+            # the same request, retried, reads its outcome.
+            busy = response.status_code == 409 and "retry-after" in response.headers
+            if response.status_code < 500 and not busy:
                 if response.status_code >= 400:
                     detail = _detail(response)
                     if response.status_code == 409 and "budget" in detail:
                         raise BudgetExceededError(detail)
                     raise ServiceError(response.status_code, detail)
-                return response.json()
+                # 204 (a revoked token) has no body.
+                return response.json() if response.content else None
             if attempt == retries:
-                raise ServiceError(response.status_code, _detail(response))
+                raise ServiceError(response.status_code, _detail(response), transient=True)
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
     raise AssertionError("unreachable")  # pragma: no cover

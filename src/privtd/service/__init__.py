@@ -8,6 +8,7 @@ the campaign's estimator over them. Schema: :mod:`.schema`, migrations: ``migrat
 
 from __future__ import annotations
 
+from . import db, requesters
 from .app import create_app
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "db", "requesters"]

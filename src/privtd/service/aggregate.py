@@ -19,13 +19,16 @@ import pandas as pd
 import sqlalchemy as sa
 
 from ..answers import Answers
-from ..errors import ConvergenceWarning, PrivtdError, ValidationError
+from ..errors import ConvergenceWarning, PrivtdError
 from ..inference import AWARE_METHODS, AwareNull, make_estimator
 from . import campaigns
 from .schema import reports as t_reports
 from .schema import runs as t_runs
 from .schema import tasks as t_tasks
 from .schema import workers as t_workers
+
+#: The error of a run the server stopped in the middle of.
+INTERRUPTED = "interrupted: the server stopped during this run; start a new run"
 
 
 def now() -> datetime:
@@ -39,6 +42,27 @@ class Runner:
         self.engine = engine
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privtd-run")
         self.lock = threading.Lock()
+        self.interrupted = self.fail_interrupted()
+
+    def fail_interrupted(self) -> int:
+        """Mark failed every run a previous server process left queued or running (it died:
+        a crash, kill -9, a power cut), so no run stays "running" forever; returns how many.
+
+        Failed, not restarted: the requester sees why and starts a new run, which resumes from
+        the newest finished one. This assumes one server process per database, which is what
+        ``privtd serve`` runs.
+        """
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                t_runs.update()
+                .where(t_runs.c.status.in_(("queued", "running")))
+                .values(
+                    status="failed",
+                    error=INTERRUPTED,
+                    finished_at=now(),
+                )
+            )
+        return int(done.rowcount)
 
     def start(self, campaign: Any) -> str:
         run_id = str(uuid.uuid4())
@@ -106,11 +130,16 @@ class Runner:
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 try:
                     estimator.fit(answers, warm_start=None if previous is None else previous.state)
-                except ValidationError:
+                except Exception:  # noqa: BLE001 - whatever a bad state raises, fit afresh
                     if previous is None:
                         raise
-                    # A state this version cannot resume (an older model's arrays): fit afresh.
+                    # A state this version cannot resume (an older model's arrays, a damaged
+                    # row: not always a ValidationError, a malformed part can raise TypeError
+                    # deep in the estimator): fit afresh. A fault of the fit itself recurs in
+                    # the fresh fit and fails the run there.
                     self._update(run_id, warm_from=None)
+                    estimator = make_estimator(campaign.method, **params)
+                    estimator.progress = progress
                     estimator.fit(answers)
             result = summarise(estimator, answers, mech, campaign, self.engine)
             self._update(

@@ -19,13 +19,14 @@ from typing import Annotated, Any
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi_offline import FastAPIOffline
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import PrivtdError
-from . import aggregate, campaigns, db
+from . import aggregate, campaigns, db, requesters
 from .schema import campaigns as t_campaigns
 from .schema import enrolment_codes as t_codes
 from .schema import reports as t_reports
@@ -38,7 +39,35 @@ from .schema import workers as t_workers
 STATIC = Path(__file__).with_name("static")
 MAX_BODY = 4 * 1024 * 1024
 MAX_REPORTS = 20_000
-Label = str | int | float | bool
+
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL's text types cannot hold U+0000 (SQLite can): refused on both, so the two
+    # databases accept the same requests.
+    if "\x00" in text:
+        raise ValueError(
+            "holds a NUL character (\\u0000), which the service does not store; remove it"
+        )
+    return text
+
+
+def _exact_int(value: int) -> int:
+    # Every number the service keeps is a double (report values, the mechanism's arithmetic):
+    # an integer a double cannot hold (10**400) would overflow there.
+    if abs(value) > 2**53:
+        raise ValueError(
+            f"integer with {len(str(abs(value)))} digits is beyond 2**53, the largest a double "
+            "holds exactly; send a number in [-2**53, 2**53]"
+        )
+    return value
+
+
+#: A string the database can store (no NUL), an integer a double holds exactly, a finite float.
+Text = Annotated[str, AfterValidator(_no_nul)]
+ExactInt = Annotated[int, AfterValidator(_exact_int)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Label = Text | ExactInt | Finite | bool
+Param = Finite | ExactInt | Text | None
 #: The bearer token header (module level: FastAPI resolves annotations in module globals).
 Auth = Annotated[str | None, Header()]
 
@@ -53,21 +82,21 @@ class Strict(BaseModel):
 
 
 class TaskIn(Strict):
-    key: str = Field(min_length=1, max_length=200)
-    text: str = Field(default="", max_length=10_000)
+    key: Text = Field(min_length=1, max_length=200)
+    text: Text = Field(default="", max_length=10_000)
 
 
 class CampaignIn(Strict):
-    name: str = Field(min_length=1, max_length=200)
+    name: Text = Field(min_length=1, max_length=200)
     tasks: list[TaskIn] = Field(min_length=1, max_length=1_000_000)
-    mechanism: str = Field(max_length=32)
+    mechanism: Text = Field(max_length=32)
     # Checked against the server's ceiling (privtd serve --max-epsilon) once the mechanism is
     # built, whichever way its parameters are given.
     epsilon: float | None = Field(default=None, gt=0)
-    params: dict[str, float | int | str | None] = Field(default_factory=dict, max_length=10)
+    params: dict[Text, Param] = Field(default_factory=dict, max_length=10)
     labels: list[Label] | None = Field(default=None, min_length=2, max_length=1000)
     budget: float = Field(gt=0, le=1e6, description="Each worker's privacy budget (epsilon).")
-    method: str | None = Field(default=None, max_length=32)
+    method: Text | None = Field(default=None, max_length=32)
     open_enrolment: bool = Field(
         default=False,
         description="Let anyone enrol without a code. Anyone can then add workers (fake ones "
@@ -115,9 +144,14 @@ class CodesOut(BaseModel):
     expires_at: datetime | None
 
 
+class TokenOut(BaseModel):
+    requester_id: str
+    token: str
+
+
 class EnrolIn(Strict):
-    name: str = Field(min_length=1, max_length=200)
-    code: str | None = Field(default=None, max_length=200)
+    name: Text = Field(min_length=1, max_length=200)
+    code: Text | None = Field(default=None, max_length=200)
 
 
 class EnrolOut(BaseModel):
@@ -131,13 +165,13 @@ class TaskOut(BaseModel):
 
 
 class ReportIn(Strict):
-    task: str = Field(min_length=1, max_length=200)
+    task: Text = Field(min_length=1, max_length=200)
     value: Label | None
 
 
 class MechanismIn(Strict):
-    name: str = Field(max_length=32)
-    params: dict[str, float | int | str | None] = Field(max_length=10)
+    name: Text = Field(max_length=32)
+    params: dict[Text, Param] = Field(max_length=10)
 
 
 class SubmissionIn(Strict):
@@ -177,28 +211,39 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if "\x00" in scope["path"]:
+            # PostgreSQL cannot compare an id holding U+0000; nothing stored holds one.
+            await JSONResponse(
+                {"detail": "The URL path holds a NUL character (%00); no id or key has one."},
+                400,
+            )(scope, receive, send)
+            return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
             await _too_large(self.limit)(scope, receive, send)
             return
         seen = 0
+        refused = False
 
         async def counted() -> Any:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _BodyTooLarge
+                # Answer 413 here and tell the endpoint the client left: an exception raised
+                # into the endpoint's body reading would become FastAPI's 400 instead.
+                refused = True
+                await _too_large(self.limit)(scope, receive, send)
+                return {"type": "http.disconnect"}
             return message
 
-        try:
-            await self.app(scope, counted, send)
-        except _BodyTooLarge:
-            await _too_large(self.limit)(scope, receive, send)
+        async def guarded(message: Any) -> None:
+            if not refused:  # the endpoint's own answer, once the 413 is out, goes nowhere
+                await send(message)
 
-
-class _BodyTooLarge(Exception):
-    pass
+        await self.app(scope, counted, guarded)
 
 
 def _too_large(limit: int) -> JSONResponse:
@@ -221,21 +266,29 @@ def create_app(
     if not (isinstance(max_epsilon, int | float) and 0 < max_epsilon < math.inf):
         raise PrivtdError(f"max_epsilon must be a positive finite number; got {max_epsilon!r}.")
     engine = db.connect(url)
-    app = FastAPI(
+    # FastAPI's own /docs and /redoc load Swagger UI and ReDoc from a CDN, blank offline or
+    # on a closed network; fastapi-offline serves the same pages with its packaged copies
+    # (MIT; under /static-offline-docs), so the server names no outside host.
+    app = FastAPIOffline(
         title="privtd collection service",
         version="1",
         description="Workers perturb on their own device; the server stores perturbed reports.",
+        # No online validator badge: it would send the API description to an outside host.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.engine = engine
-    app.state.new_requester_token = _ensure_requester(engine, requester_token)
+    app.state.new_requester_token = requesters.ensure(engine, requester_token)
     app.state.runner = aggregate.Runner(engine)
     app.state.max_epsilon = float(max_epsilon)
     app.add_middleware(BodyLimit)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        errors = exc.errors()
+        # A value a union refuses gets one error per member: the service's own checks (a NUL,
+        # an integer too large) say more than "should be a valid string".
+        first = next((e for e in errors if e.get("type") == "value_error"), errors[0])
+        where = ".".join(str(p) for p in first.get("loc", ()) if not _union_tag(p)) or "body"
         return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, 422)
 
     @app.exception_handler(PrivtdError)
@@ -253,27 +306,9 @@ def create_app(
     return app
 
 
-def _ensure_requester(engine: sa.Engine, token: str | None) -> str | None:
-    with engine.begin() as conn:
-        if token is not None:
-            digest = db.token_hash(token)
-            known = conn.execute(
-                sa.select(t_requesters.c.id).where(t_requesters.c.token_hash == digest)
-            ).first()
-            if known is None:
-                conn.execute(
-                    t_requesters.insert().values(
-                        id=str(uuid.uuid4()), token_hash=digest, created_at=now()
-                    )
-                )
-            return None
-        if conn.execute(sa.select(sa.func.count()).select_from(t_requesters)).scalar_one():
-            return None
-        token, digest = db.new_token()
-        conn.execute(
-            t_requesters.insert().values(id=str(uuid.uuid4()), token_hash=digest, created_at=now())
-        )
-        return token
+def _union_tag(part: Any) -> bool:
+    """Whether a validation error's location part names a union member, not a field."""
+    return part == "body" or part in ("str", "int", "float", "bool") or "[" in str(part)
 
 
 def _bearer(authorization: str | None) -> str:
@@ -291,13 +326,24 @@ OPEN_WARNING = (
 
 def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     def requester(authorization: Auth = None) -> str:
-        digest = db.token_hash(_bearer(authorization))
+        token = _bearer(authorization)
+        if len(token) < requesters.MIN_TOKEN_LENGTH:
+            # Refused even if registered before this check existed: it could be guessed.
+            raise HTTPException(
+                401,
+                f"Requester tokens have at least {requesters.MIN_TOKEN_LENGTH} characters; "
+                "this one is too short to be safe (privtd requester rotate makes a new one).",
+            )
         with engine.connect() as conn:
             row = conn.execute(
-                sa.select(t_requesters.c.id).where(t_requesters.c.token_hash == digest)
+                sa.select(t_requesters.c.id, t_requesters.c.revoked_at).where(
+                    t_requesters.c.token_hash == db.token_hash(token)
+                )
             ).first()
         if row is None:
             raise HTTPException(401, "Unknown requester token.")
+        if row.revoked_at is not None:
+            raise HTTPException(401, "This requester token was revoked.")
         return str(row.id)
 
     def campaign_row(conn: sa.Connection, campaign_id: str) -> Any:
@@ -385,6 +431,18 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 ],
             )
             return describe(conn, campaign_row(conn, campaign_id))
+
+    @app.post("/requester/token", status_code=201, response_model=TokenOut)
+    def rotate_token(requester_id: str = Depends(requester)) -> TokenOut:
+        """A new token for this requester (the same campaigns); the one sent stops working."""
+        return TokenOut(requester_id=requester_id, token=requesters.rotate(engine, requester_id))
+
+    @app.delete("/requester/token", status_code=204)
+    def revoke_token(requester_id: str = Depends(requester)) -> Response:
+        """Revoke the token sent: it is refused from now on. Only the server's operator can
+        make a new one then (``privtd requester rotate``)."""
+        requesters.revoke(engine, requester_id)
+        return Response(status_code=204)
 
     @app.get("/campaigns/{campaign_id}", response_model=CampaignOut)
     def get_campaign(campaign_id: str) -> CampaignOut:
@@ -626,6 +684,8 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     409,
                     "A concurrent submission of this worker holds one of these tasks or this "
                     "idempotency key; retry with the same key to read its outcome.",
+                    # Transient, unlike every other 409: clients retry, never drop the body.
+                    headers={"Retry-After": "1"},
                 ) from None
             except sa.exc.DBAPIError as exc:  # pragma: no cover - database gone
                 raise HTTPException(503, "Database unavailable; retry with the same key.") from exc

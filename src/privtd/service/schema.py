@@ -16,6 +16,8 @@ requesters = sa.Table(
     sa.Column("id", sa.String(36), primary_key=True),
     sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    # Set when the token is revoked: it no longer authenticates (``privtd requester revoke``).
+    sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 campaigns = sa.Table(

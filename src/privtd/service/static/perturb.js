@@ -24,9 +24,11 @@ function flip(code, f, n) {
   return other >= code ? other + 1 : other;
 }
 
-// One worker's release. `answers` maps task key -> answer (a label, or a number);
-// `tasks` is the campaign's task list (for the whole-row mechanisms); returns [[task, value]].
+// One worker's release. `answers` maps task key -> answer (a label, or a number), as a Map or
+// an object; `tasks` is the campaign's task list (for the whole-row mechanisms); returns
+// [[task, value]]. Throws, before drawing anything, on an answer the mechanism cannot take.
 export function perturbWorker(mechanism, answers, labels, tasks) {
+  answers = checkAnswers(mechanism, answers, labels, tasks);
   const p = mechanism.params;
   const entries = Object.entries(answers);
   switch (mechanism.name) {
@@ -65,4 +67,52 @@ export function perturbWorker(mechanism, answers, labels, tasks) {
     default:
       throw new Error(`mechanism ${mechanism.name} is not available in the browser`);
   }
+}
+
+// The answers as an object without a prototype, each checked against the campaign's answer
+// domain: an answer outside it is refused with a message, never perturbed unchecked nor
+// turned into a NULL report, and a task named like an Object property ("constructor",
+// "__proto__") is an ordinary key, never an inherited value.
+export function checkAnswers(mechanism, answers, labels, tasks) {
+  const p = mechanism.params;
+  const known = tasks ? new Set(tasks) : null;
+  const entries = answers instanceof Map ? [...answers] : Object.entries(answers);
+  const out = Object.create(null);
+  // laplace too: its answers are integer scores, released on the integer grid.
+  const integral = ["krr-null", "two-layer-null", "laplace"].includes(mechanism.name);
+  for (const [task, answer] of entries) {
+    if (known && !known.has(task)) {
+      throw new Error(`task ${JSON.stringify(task)} is not one of the campaign's tasks`);
+    }
+    if (labels) {
+      if (!labels.map(String).includes(String(answer))) {
+        throw new Error(`answer ${JSON.stringify(answer)} to task ${JSON.stringify(task)} is not one of ${labels.join(", ")}`);
+      }
+    } else if (!(typeof answer === "number" && answer >= p.low && answer <= p.high
+                 && (!integral || Number.isInteger(answer)))) {
+      const kind = integral ? "an integer" : "a number";
+      throw new Error(`answer ${JSON.stringify(answer)} to task ${JSON.stringify(task)} is not ${kind} from ${p.low} to ${p.high}`);
+    }
+    out[task] = answer;
+  }
+  return out;
+}
+
+// A page form's answers ([task, text] pairs, text "" for a skipped task) as a Map of labels
+// or numbers, ready for perturbWorker; throws on text that is no number.
+export function collectAnswers(pairs, labels) {
+  const answers = new Map();
+  for (const [task, text] of pairs) {
+    if (text === "") continue;
+    if (labels) {
+      answers.set(task, labels.find((l) => String(l) === text));
+    } else {
+      const x = Number(text);
+      if (text.trim() === "" || !Number.isFinite(x)) {
+        throw new Error(`answer ${JSON.stringify(text)} to task ${JSON.stringify(task)} is not a number`);
+      }
+      answers.set(task, x);
+    }
+  }
+  return answers;
 }
