@@ -211,4 +211,11 @@ class WorkerHistory:
         sends: a record lost after sending would leave that run unprotected)."""
         if run not in self.runs:
             self.runs.append(run)
-        self.save()
+        try:
+            self.save()
+        except OSError as exc:
+            self.runs.remove(run)
+            raise ProtocolError(
+                f"this worker cannot save its history ({exc}) and refuses to contribute to a run "
+                "it could not remember. Make its history file writable."
+            ) from None

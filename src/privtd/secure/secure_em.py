@@ -268,6 +268,8 @@ class SecureEM:
         if self.processes:
             for w in held:
                 own[w]["history"] = str(self._history_file(names[w]))
+                # A bad file fails here, with its message, not as a worker process that dies.
+                WorkerHistory.open(own[w]["history"])
             transport = SocketTransport(
                 held,
                 min_participants=self.min_participants,
