@@ -1,8 +1,11 @@
 """Secure sum by pairwise masks (SPEC C3 item 2; Bonawitz et al., CCS 2017, without recovery).
 
-Each worker makes an X25519 key pair and sends the public half to the requester, which relays
-every public key to every worker: workers never talk to each other. Each pair ``(u, v)`` then
-shares a secret (X25519), stretched by HKDF-SHA256 into a ChaCha20 key. In a round, worker ``u``
+Each worker has an X25519 key pair (long-term where it keeps a
+:class:`~privtd.secure.history.WorkerHistory`: its identity) and sends the public half, with a
+fresh nonce, to the requester, which relays every public key and nonce to every worker: workers
+never talk to each other. Each pair ``(u, v)`` then shares a secret (X25519), stretched by
+HKDF-SHA256 (salt: the session id and the pair's nonces, so pair keys are new in every run) into
+a ChaCha20 key. In a round, worker ``u``
 adds to its fixed-point codes the keystream of every pair ``(u, v)`` with ``u < v`` and subtracts
 it for ``u > v``, modulo ``2**64``. Every mask appears once with each sign, so the requester's sum
 of the masked vectors is the sum of the codes, and each masked vector alone is uniform on

@@ -18,7 +18,9 @@ requester never sees a single answer, even at the start.
 
 A worker that drops out ends the run: a sum over fewer workers, set against the earlier sums,
 would reveal the missing worker's contribution (:class:`DropoutError`). Retrying without it
-needs ``allow_leaky_rerun``.
+needs ``allow_leaky_rerun``. Across runs, each worker's own record
+(:class:`~privtd.secure.history.WorkerHistory`) refuses a run that shares its tasks with an
+earlier one but not its workers or its answers.
 """
 
 from __future__ import annotations
