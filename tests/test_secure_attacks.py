@@ -329,6 +329,12 @@ def test_one_secure_em_keeps_its_workers_records_across_fits(
         del est.campaign_  # the requester forgets its own record
         with pytest.raises(ProtocolError, match="1 missing, 0 added"):
             est.fit(answers.subset(answers.worker != victim))
+        # Worker processes keep theirs in the object's private folder, just as well.
+        apart = SecureEM(max_iter=3, processes=True)
+        apart.fit(answers)
+        del apart.campaign_
+        with pytest.raises(ProtocolError, match="1 missing, 0 added"):
+            apart.fit(answers.subset(answers.worker != victim))
 
 
 # ------------------------------------------------------------------ point 2: few answers

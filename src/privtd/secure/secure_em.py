@@ -210,8 +210,9 @@ class SecureEM:
         folder = self.worker_history
         if folder is None:
             if getattr(self, "_history_folder", None) is None:
-                self._history_folder = tempfile.mkdtemp(prefix="privtd-worker-history-")
-            folder = self._history_folder
+                # Removed with this object: its workers' memory lives as long as it does.
+                self._history_folder = tempfile.TemporaryDirectory(prefix="privtd-workers-")
+            folder = self._history_folder.name
         where = Path(folder)
         if not where.is_dir():
             raise ValidationError(
