@@ -767,9 +767,11 @@ def attack_cmd(
     "--allow-leaky-rerun",
     is_flag=True,
     help="REVEALS ANSWERS. Retry a round without a worker that dropped out, and allow a run over "
-    "other workers than an earlier run of --campaign. The difference of two sums over two sets "
-    "of workers tells the requester which tasks the missing workers answered and their labels. "
-    "Without this flag a drop-out stops the run and no sum over fewer workers is released.",
+    "other workers than an earlier run of --campaign or of the workers' own records "
+    "(--worker-history; the flag sets every simulated worker's policy). The difference of two "
+    "sums over two sets of workers tells the requester which tasks the missing workers answered "
+    "and their labels. Without this flag a drop-out stops the run and no sum over fewer workers "
+    "is released.",
 )
 @click.option(
     "--campaign",
@@ -785,11 +787,12 @@ def attack_cmd(
     type=click.Path(file_okay=False),
     metavar="DIR",
     help="Folder of the workers' own records, one file per worker (DIR/<worker id>.json, "
-    "holding its private identity key: keep DIR private). Each worker refuses, before sending "
-    "anything, a run that shares a task with a run it took part in but not its workers (by "
-    "their long-term keys) or not its answers, unless --allow-leaky-rerun. Without it, separate "
-    "invocations start with workers that remember nothing, and nothing stops a requester that "
-    "re-runs without a worker from learning that worker's answers.",
+    "holding its private identity key: keep DIR private). Each worker refuses, before it sends "
+    "anything that depends on its answers, a run that shares a task with a run it took part in "
+    "but not its workers (by their long-term keys) or not its answers, unless "
+    "--allow-leaky-rerun. Without it, separate invocations start with workers that remember "
+    "nothing, and nothing stops a requester that re-runs without a worker from learning that "
+    "worker's answers.",
 )
 @ON_DUPLICATE
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary, not every round.")
