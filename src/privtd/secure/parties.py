@@ -649,8 +649,9 @@ class Requester:
         if not self.released_with:
             after = (
                 "No sum had been released in this run, so a re-run without them reveals "
-                "nothing of theirs here (an earlier run of the campaign may still forbid it); "
-                "re-run with the workers that remain, or with them back."
+                "nothing of theirs here; but the other workers had already sent their count "
+                "contributions, and their own records (which cannot tell that no sum was made) "
+                "will refuse a re-run without them. Re-run with them back."
             )
         else:
             after = (
