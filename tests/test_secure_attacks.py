@@ -256,6 +256,40 @@ def test_the_workers_record_binds_their_keys_not_the_requesters_codes(
     assert [r.phase for r in requester.releases] == ["count"]
 
 
+def test_after_a_drop_out_in_the_count_round_the_others_want_it_back(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    # The others had sent their count contributions; they cannot know no sum was made.
+    from secure_common import RecordingRequester
+
+    from privtd.secure import InProcessTransport, Worker, WorkerHistory
+
+    answers, victim = dropout_crowd
+    held = _held_with_names(answers)
+    histories = {w: WorkerHistory() for w in held}
+    spec = SecureEM().spec_for(answers)
+
+    class GoneAtCount(Worker):
+        def handle(self, frame: bytes) -> bytes:
+            if messages.decode(frame).get("phase") == "count":
+                raise ConnectionError("the worker's connection closed")
+            return super().handle(frame)
+
+    workers = [
+        (GoneAtCount if w == victim else Worker)(w, history=histories[w], **h)  # type: ignore[arg-type]
+        for w, h in held.items()
+    ]
+    first = RecordingRequester(spec, InProcessTransport(workers), max_iter=3)
+    with pytest.raises(DropoutError, match="will refuse a re-run without them"):
+        first.run()
+    assert first.releases == []
+    rest = [Worker(w, history=histories[w], **h) for w, h in held.items() if w != victim]  # type: ignore[arg-type]
+    second = RecordingRequester(spec, InProcessTransport(rest), max_iter=3)
+    with pytest.raises(ProtocolError, match="1 missing, 0 added"):
+        second.run()
+    assert second.releases == []
+
+
 def test_a_worker_refuses_a_rerun_with_changed_answers_and_keeps_unrelated_runs(
     dropout_crowd: tuple[privtd.Answers, int], tmp_path: Path
 ) -> None:
