@@ -151,6 +151,226 @@ def test_the_campaign_record_links_fits_and_files(
             SecureEM(campaign=bad).fit(answers)
 
 
+# ------------------------------------------------------------------ point 1: fresh runs
+@pytest.mark.parametrize(
+    ("mode", "backend"), [("fresh", "masking"), ("substitute", "masking"), ("fresh", "paillier")]
+)
+def test_a_fresh_run_without_a_worker_is_refused_by_the_other_workers(
+    dropout_crowd: tuple[privtd.Answers, int], mode: str, backend: str
+) -> None:
+    # A dishonest requester keeps no campaign record: it runs with every worker, then starts a
+    # fresh run without the victim (or with its own worker under the victim's code and name).
+    # Before the workers kept their own record, this recovered 148 of the victim's 150 labels.
+    answers, victim = dropout_crowd
+    options = SHORT if backend == "paillier" else {}
+    result = secure_dropout.attack(
+        answers, victim, mode=mode, backend=backend, max_iter=30, **options
+    )
+    assert result.error is not None and "refused: this run shares" in result.error
+    assert "whose workers differ from this one's (1 missing, " in result.error
+    assert not result.reduced_released and result.labels_recovered == 0.0
+
+
+def test_a_fresh_run_leaks_where_the_workers_allow_it(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    # The same attack against workers that allowed leaky re-runs: everything, as documented.
+    answers, victim = dropout_crowd
+    result = secure_dropout.attack(
+        answers, victim, mode="fresh", max_iter=100, allow_leaky_rerun=True
+    )
+    assert result.reduced_released and result.answered_accuracy == 1.0
+    assert result.labels_recovered > 0.95
+
+
+def _held_with_names(answers: privtd.Answers) -> dict[int, dict[str, object]]:
+    from privtd.secure import split_by_worker
+
+    assert answers.labels is not None
+    return {
+        w: {
+            "tasks": t,
+            "values": v,
+            "task_names": [str(x) for x in answers.tasks[t]],
+            "value_names": [str(x) for x in answers.labels[v]],
+        }
+        for w, (t, v) in split_by_worker(answers).items()
+    }
+
+
+def test_the_workers_record_binds_their_keys_not_the_requesters_codes(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    from secure_common import RecordingRequester
+
+    from privtd.secure import InProcessTransport, Worker, WorkerHistory
+
+    answers, victim = dropout_crowd
+    held = _held_with_names(answers)
+    histories = {w: WorkerHistory() for w in held}
+    spec = SecureEM().spec_for(answers)
+
+    def run(codes: dict[int, int], requester_type: type = RecordingRequester) -> object:
+        workers = [
+            Worker(codes[w], history=histories[w], **h)  # type: ignore[arg-type]
+            for w, h in held.items()
+            if w in codes
+        ]
+        requester = requester_type(spec, InProcessTransport(workers), max_iter=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+            requester.run()
+        return requester
+
+    run({w: w for w in held})
+    # The same workers under other codes: the same run, accepted (and nothing new to learn).
+    relabelled = run({w: (w + 5) % len(held) for w in held})
+    assert relabelled.releases
+    # The requester relays the victim's long-term key in the place of a worker of its own, so
+    # that the list the others see is the earlier run's. They mask with the victim's key, which
+    # only the victim could cancel: the sums are noise, refused by the requester's own range
+    # check, and nothing is learnt.
+    fake = victim
+    real_key = histories[victim].public_key
+
+    class Substituting(RecordingRequester):
+        def _broadcast(self, message: messages.Message) -> dict[int, messages.Message]:
+            if message.get("type") != "keys":
+                return super()._broadcast(message)
+            lied = dict(message)
+            for name in ("identities", "public_keys"):
+                rows = np.array(message[name])
+                rows[message["identity_owners"].index(fake)] = np.frombuffer(real_key, np.uint8)
+                lied[name] = rows
+            frames = {w: messages.encode(message if w == fake else lied) for w in self.active}
+            return self._call(frames, "ok")
+
+    others = {w: w for w in held if w != victim}
+    impostor = Worker(fake, **held[victim])  # type: ignore[arg-type]
+    workers = [Worker(w, history=histories[w], **held[w]) for w in others] + [impostor]  # type: ignore[arg-type]
+    requester = Substituting(spec, InProcessTransport(workers), max_iter=3)
+    with pytest.raises(ProtocolError, match="count"):
+        requester.run()
+    count = requester.releases[0].sums[:, 0]
+    assert not np.allclose(count, np.bincount(answers.task, minlength=answers.n_tasks))
+    assert [r.phase for r in requester.releases] == ["count"]
+
+
+def test_after_a_drop_out_in_the_count_round_the_others_want_it_back(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    # The others had sent their count contributions; they cannot know no sum was made.
+    from secure_common import RecordingRequester
+
+    from privtd.secure import InProcessTransport, Worker, WorkerHistory
+
+    answers, victim = dropout_crowd
+    held = _held_with_names(answers)
+    histories = {w: WorkerHistory() for w in held}
+    spec = SecureEM().spec_for(answers)
+
+    class GoneAtCount(Worker):
+        def handle(self, frame: bytes) -> bytes:
+            if messages.decode(frame).get("phase") == "count":
+                raise ConnectionError("the worker's connection closed")
+            return super().handle(frame)
+
+    workers = [
+        (GoneAtCount if w == victim else Worker)(w, history=histories[w], **h)  # type: ignore[arg-type]
+        for w, h in held.items()
+    ]
+    first = RecordingRequester(spec, InProcessTransport(workers), max_iter=3)
+    with pytest.raises(DropoutError, match="will refuse a re-run without them"):
+        first.run()
+    assert first.releases == []
+    rest = [Worker(w, history=histories[w], **h) for w, h in held.items() if w != victim]  # type: ignore[arg-type]
+    second = RecordingRequester(spec, InProcessTransport(rest), max_iter=3)
+    with pytest.raises(ProtocolError, match="1 missing, 0 added"):
+        second.run()
+    assert second.releases == []
+
+
+def test_a_worker_refuses_a_rerun_with_changed_answers_and_keeps_unrelated_runs(
+    dropout_crowd: tuple[privtd.Answers, int], tmp_path: Path
+) -> None:
+    import pandas as pd
+
+    from privtd.secure import WorkerHistory
+
+    answers, victim = dropout_crowd
+    folder = tmp_path / "devices"
+    folder.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SecureEM(max_iter=3, worker_history=folder).fit(answers)
+        files = sorted(folder.iterdir())
+        assert len(files) == answers.n_workers
+        assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+        assert len(WorkerHistory.open(files[0]).runs) == 1
+        # Another SecureEM (a fresh requester, a fresh campaign), the same devices.
+        without = answers.subset(answers.worker != victim)
+        with pytest.raises(ProtocolError, match=r"refused: this run shares \d+ of its tasks"):
+            SecureEM(max_iter=3, worker_history=folder).fit(without)
+        # The same workers and answers again: allowed (nothing new to difference).
+        SecureEM(max_iter=3, worker_history=folder).fit(answers)
+        # One worker changed one answer: it refuses (the difference would be its change).
+        changed = answers.value.copy()
+        first = int(np.flatnonzero(answers.worker == victim)[0])
+        changed[first] = 1 - changed[first]
+        altered = privtd.Answers.from_frame(
+            pd.DataFrame(
+                {
+                    "task": answers.tasks[answers.task],
+                    "worker": answers.workers[answers.worker],
+                    "answer": np.asarray(answers.labels)[changed],
+                }
+            )
+        )
+        with pytest.raises(ProtocolError, match="its answers have changed since"):
+            SecureEM(max_iter=3, worker_history=folder).fit(altered)
+        # Other tasks (another campaign's) with another crowd: no task in common, accepted.
+        other = altered.subset(altered.worker != victim)
+        renamed = privtd.Answers.from_frame(
+            pd.DataFrame(
+                {
+                    "task": ["other-" + str(t) for t in other.tasks[other.task]],
+                    "worker": other.workers[other.worker],
+                    "answer": np.asarray(other.labels)[other.value],
+                }
+            )
+        )
+        SecureEM(max_iter=3, worker_history=folder).fit(renamed)
+        # The workers' own opt-in lets the leaky run go on.
+        SecureEM(max_iter=3, worker_history=folder, allow_leaky_rerun=True).fit(without)
+    bad = folder / "bad"
+    bad.mkdir()
+    (bad / "w000.json").write_text("not json")
+    with pytest.raises(ValidationError, match="is not a privtd worker history"):
+        SecureEM(max_iter=3, worker_history=bad).fit(answers)
+    with pytest.raises(ValidationError, match="does not exist"):
+        SecureEM(max_iter=3, worker_history=tmp_path / "nowhere").fit(answers)
+
+
+def test_one_secure_em_keeps_its_workers_records_across_fits(
+    dropout_crowd: tuple[privtd.Answers, int],
+) -> None:
+    # The default needs no setup: the in-memory records outlive a reset campaign record.
+    answers, victim = dropout_crowd
+    est = SecureEM(max_iter=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(answers)
+        del est.campaign_  # the requester forgets its own record
+        with pytest.raises(ProtocolError, match="1 missing, 0 added"):
+            est.fit(answers.subset(answers.worker != victim))
+        # Worker processes keep theirs in the object's private folder, just as well.
+        apart = SecureEM(max_iter=3, processes=True)
+        apart.fit(answers)
+        del apart.campaign_
+        with pytest.raises(ProtocolError, match="1 missing, 0 added"):
+            apart.fit(answers.subset(answers.worker != victim))
+
+
 # ------------------------------------------------------------------ point 2: few answers
 @pytest.mark.parametrize("min_answers", [None, 2])
 def test_grouping_attack_finds_no_group_of_one(
@@ -326,3 +546,24 @@ def test_secure_em_cli_refuses_a_rerun_without_a_worker(
     assert code == 2 and "leaves out worker" in err and "--allow-leaky-rerun" in err
     code, _, err = cli(["secure-em", str(reduced), *base, "--allow-leaky-rerun"], capsys)
     assert code == 0, err
+
+
+def test_secure_em_cli_workers_refuse_a_fresh_rerun_without_a_worker(
+    dropout_crowd: tuple[privtd.Answers, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers, victim = dropout_crowd
+    full = write_csv(answers, tmp_path / "all.csv")
+    reduced = write_csv(answers.subset(answers.worker != victim), tmp_path / "without.csv")
+    devices = tmp_path / "devices"
+    devices.mkdir()
+    base = ["-q", "--max-iter", "3", "--worker-history", str(devices)]
+    code, _, err = cli(["secure-em", str(full), *base, "-o", str(tmp_path / "t.csv")], capsys)
+    assert code == 0, err
+    # No --campaign: the requester kept no record. The workers did.
+    for extra in ([], ["--processes"]):
+        code, _, err = cli(["secure-em", str(reduced), *base, *extra], capsys)
+        assert code == 2 and "refused: this run shares" in err and "1 missing" in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, text, _ = cli(["secure-em", "--help"], capsys)
+    flat = " ".join(text.split())
+    assert "--worker-history DIR" in flat and "nothing stops a requester" in flat

@@ -123,24 +123,47 @@ def run_recorded(
     drop: int | None = None,
     drop_at: int = 3,
     leave_out: int | None = None,
+    substitute: int | None = None,
+    histories: dict[int, Any] | None = None,
     backend: str = "masking",
     max_iter: int = 100,
     campaign: Any = None,
     **options: Any,
 ) -> Run:
     """Run the protocol with a recording requester. Worker ``drop`` drops out at EM round
-    ``drop_at``; worker ``leave_out`` is not in the run at all (a re-run without it).
+    ``drop_at``; worker ``leave_out`` is not in the run at all (a re-run without it); worker
+    ``substitute`` is replaced by a worker of the requester's own, under the same code and name,
+    that answered one task (so the sums elsewhere are those without the victim).
+    ``histories`` are the workers' own records of earlier runs (their devices'), kept by the
+    caller across runs; where this version's Worker takes no ``history`` they are ignored.
     ``options`` go to the Requester where this version takes them (allow_leaky_rerun,
     min_answers, test_only_short_keys, key_bits...)."""
     held = split_by_worker(answers)
     worker_options = worker_supported(options)
-    workers = [
-        DroppingWorker(w, t, v, at=drop_at, **worker_options)
-        if w == drop
-        else Worker(w, t, v, **worker_options)
-        for w, (t, v) in held.items()
-        if w != leave_out
-    ]
+
+    def own(w: int, t: np.ndarray, v: np.ndarray) -> dict[str, Any]:
+        # What the worker's device holds besides its answers: its record, and its answers' real
+        # task ids and labels (the record fingerprints those, not the requester's codes).
+        names = {
+            "history": None if histories is None else histories.get(w),
+            "task_names": [str(x) for x in answers.tasks[t]],
+            "value_names": [
+                str(x) for x in (answers.labels[v] if answers.labels is not None else v)
+            ],
+        }
+        return worker_supported({k: x for k, x in names.items() if x is not None})
+
+    workers = []
+    for w, (t, v) in held.items():
+        if w == leave_out:
+            continue
+        if w == substitute:
+            # One answer (a worker must hold one): only that task's difference is off.
+            workers.append(Worker(w, t[:1], np.zeros_like(v[:1]), **worker_options))
+        elif w == drop:
+            workers.append(DroppingWorker(w, t, v, at=drop_at, **worker_options, **own(w, t, v)))
+        else:
+            workers.append(Worker(w, t, v, **worker_options, **own(w, t, v)))
     spec = SecureEM().spec_for(answers)
     extra = supported(
         {

@@ -8,9 +8,16 @@ and ``log b_i`` per task, zero where it gave no answer. The attacker reads which
 answered (a large difference) and each label (``x = 1`` gives ``log a > log(1 - b)``, i.e. the
 first difference above the second, for a worker better than chance).
 
+Modes ``fresh`` and ``substitute`` are a dishonest requester that keeps no record of its own:
+it runs once with every worker, then starts a fresh run (a new campaign) without the victim
+(``fresh``) or with a worker of its own, which answered one task, under the victim's code and name
+(``substitute``), and differences the two runs' last sums. Only the other workers can stop it,
+with their own record of the runs they took part in (``privtd.secure.WorkerHistory``).
+
     python benchmarks/attacks/secure_dropout.py                      # today's default
     python benchmarks/attacks/secure_dropout.py --allow-leaky-rerun  # the opt-in, as documented
     python benchmarks/attacks/secure_dropout.py --backend paillier
+    python benchmarks/attacks/secure_dropout.py --modes fresh substitute   # the fresh-run attack
 
 Figures: for each drop round (3, 10, the last), the share of tasks whose answered/not answered
 status the attacker gets right (among the tasks it could difference) and the share of the
@@ -47,11 +54,11 @@ class DropoutResult:
     labels_recovered: float
 
     def line(self) -> str:
-        where = "end" if self.mode == "rerun" else str(self.drop_at)
+        where = "end" if self.mode != "retry" else str(self.drop_at)
         answered = "-" if self.answered_accuracy is None else f"{self.answered_accuracy:.3f}"
         stopped = f"; run stopped: {self.error[:90]}..." if self.error else ""
         return (
-            f"{self.mode:6s} at {where:>4s}: reduced-set sum released: "
+            f"{self.mode:10s} at {where:>4s}: reduced-set sum released: "
             f"{'yes' if self.reduced_released else 'no '}; which tasks answered {answered}; "
             f"labels recovered {self.labels_recovered:.3f} of {self.n_labels}{stopped}"
         )
@@ -116,6 +123,27 @@ def attack(
             for a, b in zip(em, em[1:], strict=False)
             if set(b.participants) < set(a.participants)
         ]
+    elif mode in ("fresh", "substitute"):
+        # A dishonest requester: a fresh run (no campaign record of its own) without the victim,
+        # or with a worker of its own in the victim's place. The other workers' devices are the
+        # same in both runs, and keep whatever record of earlier runs they keep.
+        histories = device_histories(held)
+        first = run_recorded(
+            answers, max_iter=max_iter, backend=backend, histories=histories, **options
+        )
+        second = run_recorded(
+            answers,
+            leave_out=victim if mode == "fresh" else None,
+            substitute=victim if mode == "substitute" else None,
+            max_iter=max_iter,
+            backend=backend,
+            histories=histories,
+            **options,
+        )
+        error = None if second.error is None else str(second.error)
+        last_first = [r for r in first.releases if r.phase == "em"][-1:]
+        last_second = [r for r in second.releases if r.phase == "em"][-1:]
+        pairs = list(zip(last_first, last_second, strict=False))
     else:
         try:
             from privtd.secure import Campaign
@@ -152,6 +180,16 @@ def attack(
     )
 
 
+def device_histories(held: dict[int, Any]) -> dict[int, Any]:
+    """Each worker's own record of its runs, as its device keeps it (empty before the first run).
+    Before the worker-side record existed there is nothing to keep: an empty dict."""
+    try:
+        from privtd.secure import WorkerHistory
+    except ImportError:
+        return {}
+    return {w: WorkerHistory() for w in held}
+
+
 def scenario(seed: int = 0) -> tuple[Any, int]:
     """The issue's crowd: 12 workers, 300 tasks, each answered by about half the workers."""
     answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(seed))
@@ -164,6 +202,12 @@ def main() -> None:
     parser.add_argument("--allow-leaky-rerun", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["retry", "rerun", "fresh", "substitute"],
+        default=["retry", "rerun", "fresh", "substitute"],
+    )
     args = parser.parse_args()
     answers, victim = scenario(args.seed)
     options: dict[str, Any] = {}
@@ -178,15 +222,16 @@ def main() -> None:
         "labels)"
     )
     max_iter = 30 if args.backend == "paillier" else 100
-    for drop_at in (3, 10, -1):
+    for drop_at in (3, 10, -1) if "retry" in args.modes else ():
         result = attack(
             answers, victim, drop_at=drop_at, backend=args.backend, max_iter=max_iter, **options
         )
         print(result.line())
-    result = attack(
-        answers, victim, mode="rerun", backend=args.backend, max_iter=max_iter, **options
-    )
-    print(result.line())
+    for mode in [m for m in args.modes if m != "retry"]:
+        result = attack(
+            answers, victim, mode=mode, backend=args.backend, max_iter=max_iter, **options
+        )
+        print(result.line())
 
 
 if __name__ == "__main__":

@@ -767,18 +767,32 @@ def attack_cmd(
     "--allow-leaky-rerun",
     is_flag=True,
     help="REVEALS ANSWERS. Retry a round without a worker that dropped out, and allow a run over "
-    "other workers than an earlier run of --campaign. The difference of two sums over two sets "
-    "of workers tells the requester which tasks the missing workers answered and their labels. "
-    "Without this flag a drop-out stops the run and no sum over fewer workers is released.",
+    "other workers than an earlier run of --campaign or of the workers' own records "
+    "(--worker-history; the flag sets every simulated worker's policy). The difference of two "
+    "sums over two sets of workers tells the requester which tasks the missing workers answered "
+    "and their labels. Without this flag a drop-out stops the run and no sum over fewer workers "
+    "is released.",
 )
 @click.option(
     "--campaign",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="JSON record of the workers of this campaign's earlier runs (created if missing, "
-    "updated after each run). A run over other workers than an earlier one is refused unless "
-    "--allow-leaky-rerun. Without it, separate invocations are not linked and nothing stops a "
-    "re-run without a worker.",
+    help="The requester's JSON record of the workers of this campaign's earlier runs (created if "
+    "missing, updated after each run). A run over other workers than an earlier one is refused "
+    "unless --allow-leaky-rerun. It guards an honest requester against a mistake; the workers' "
+    "own records (--worker-history) are what a dishonest requester cannot reset.",
+)
+@click.option(
+    "--worker-history",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Folder of the workers' own records, one file per worker (DIR/<worker id>.json, "
+    "holding its private identity key: keep DIR private). Each worker refuses, before it sends "
+    "anything that depends on its answers, a run that shares a task with a run it took part in "
+    "but not its workers (by their long-term keys) or not its answers, unless "
+    "--allow-leaky-rerun. Without it, separate invocations start with workers that remember "
+    "nothing, and nothing stops a requester that re-runs without a worker from learning that "
+    "worker's answers.",
 )
 @ON_DUPLICATE
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary, not every round.")
@@ -798,6 +812,7 @@ def secure_em_cmd(
     min_answers: int,
     allow_leaky_rerun: bool,
     campaign: str | None,
+    worker_history: str | None,
     on_duplicate: str,
     quiet: bool,
 ) -> None:
@@ -810,7 +825,8 @@ def secure_em_cmd(
 
     A task with fewer than --min-answers answers gets no truth: its sums would expose the few
     workers who answered it. A worker that drops out stops the run: re-running without it would
-    reveal its answers, and needs --allow-leaky-rerun.
+    reveal its answers, and needs --allow-leaky-rerun. With --worker-history, the workers
+    themselves refuse such a re-run, whoever starts it.
     """
     from .secure import RoundStats, SecureEM
 
@@ -844,6 +860,7 @@ def secure_em_cmd(
         min_answers=min_answers,
         allow_leaky_rerun=allow_leaky_rerun,
         campaign=campaign,
+        worker_history=worker_history,
         on_round=report,
     )
     start = time.perf_counter()

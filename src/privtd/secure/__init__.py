@@ -10,6 +10,7 @@ Needs ``pip install 'privtd[secure]'``.
 from __future__ import annotations
 
 from .campaign import Campaign
+from .history import WorkerHistory
 from .models import MODELS, ModelSpec
 from .parties import (
     BACKENDS,
@@ -39,5 +40,6 @@ __all__ = [
     "SocketTransport",
     "Transport",
     "Worker",
+    "WorkerHistory",
     "split_by_worker",
 ]

@@ -10,8 +10,9 @@ of workers unless the caller accepts the leak (``allow_leaky_rerun``). See ``doc
 
 The record protects only the runs that share it: a :class:`~privtd.secure.SecureEM` keeps one per
 object, ``privtd secure-em --campaign FILE`` keeps one in a JSON file. A requester that starts a
-fresh record (or deletes the file) is not stopped: the record is a guard against mistakes by an
-honest requester, not a control on a dishonest one.
+fresh record (or deletes the file) is not stopped by it: the record is a guard against mistakes by
+an honest requester. What stops a dishonest one is the workers' own record of their runs
+(:class:`~privtd.secure.history.WorkerHistory`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """Secure sum by pairwise masks (SPEC C3 item 2; Bonawitz et al., CCS 2017, without recovery).
 
-Each worker makes an X25519 key pair and sends the public half to the requester, which relays
-every public key to every worker: workers never talk to each other. Each pair ``(u, v)`` then
-shares a secret (X25519), stretched by HKDF-SHA256 into a ChaCha20 key. In a round, worker ``u``
+Each worker has an X25519 key pair (long-term where it keeps a
+:class:`~privtd.secure.history.WorkerHistory`: its identity) and sends the public half, with a
+fresh nonce, to the requester, which relays every public key and nonce to every worker: workers
+never talk to each other. Each pair ``(u, v)`` then shares a secret (X25519), stretched by
+HKDF-SHA256 (salt: the session id and the pair's nonces, so pair keys are new in every run) into
+a ChaCha20 key. In a round, worker ``u``
 adds to its fixed-point codes the keystream of every pair ``(u, v)`` with ``u < v`` and subtracts
 it for ``u > v``, modulo ``2**64``. Every mask appears once with each sign, so the requester's sum
 of the masked vectors is the sum of the codes, and each masked vector alone is uniform on
@@ -20,6 +23,7 @@ All primitives come from ``cryptography`` (``pip install 'privtd[secure]'``).
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any
 
@@ -54,29 +58,50 @@ class MaskingWorker:
 
     name = "masking"
 
-    def __init__(self, worker_id: int, min_participants: int = 3) -> None:
+    def __init__(self, worker_id: int, min_participants: int = 3, private_key: Any = None) -> None:
         _require()
         self.worker_id = worker_id
         self.min_participants = min_participants
-        self._private = x25519.X25519PrivateKey.generate()
+        # A long-term key (the worker's identity, privtd.secure.WorkerHistory) binds the list of
+        # participants to the masks: a listed worker that does not take part leaves its masks
+        # uncancelled. Pair keys stay fresh per run through each worker's own nonce.
+        self._static = private_key is not None
+        self._private = x25519.X25519PrivateKey.generate() if private_key is None else private_key
+        self._nonce = os.urandom(16)
         self._pair_keys: dict[int, bytes] = {}
         self._used: set[tuple[int, int, int]] = set()
         self._session = b""
 
-    def setup(self, message: messages.Message) -> messages.Message:
-        self._session = messages.field(message, "session", bytes)
-        public = self._private.public_key().public_bytes(
+    @property
+    def public_key(self) -> bytes:
+        raw: bytes = self._private.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
-        return {"public_key": public}
+        return raw
+
+    def setup(self, message: messages.Message) -> messages.Message:
+        self._session = messages.field(message, "session", bytes)
+        return {"public_key": self.public_key, "nonce": self._nonce}
 
     def set_keys(self, message: messages.Message) -> None:
         owners = messages.field(message, "key_owners", list)
         keys = messages.field(message, "public_keys", np.ndarray)
         if keys.dtype != np.uint8 or keys.shape != (len(owners), KEY_BYTES):
             raise ProtocolError(f"Expected {len(owners)} public keys of {KEY_BYTES} bytes each.")
+        nonces: dict[int, bytes] = {}
+        if "nonces" in message or self._static:
+            # With a long-term key, the nonces are what makes this run's pair keys new: a worker
+            # never masks under the pair keys of an earlier run.
+            raw_nonces = messages.field(message, "nonces", np.ndarray)
+            if raw_nonces.dtype != np.uint8 or raw_nonces.shape != (len(owners), 16):
+                raise ProtocolError(f"Expected {len(owners)} nonces of 16 bytes each.")
+            nonces = {int(o): n.tobytes() for o, n in zip(owners, raw_nonces, strict=True)}
+            if nonces.get(self.worker_id) != self._nonce:
+                raise ProtocolError("The nonce relayed for this worker is not the one it sent.")
         for owner, raw in zip(owners, keys, strict=True):
             if owner == self.worker_id:
+                if raw.tobytes() != self.public_key:
+                    raise ProtocolError("The key relayed for this worker is not its own.")
                 continue
             try:
                 peer = x25519.X25519PublicKey.from_public_bytes(raw.tobytes())
@@ -86,10 +111,11 @@ class MaskingWorker:
                     f"The public key relayed for worker {owner} is invalid: {exc}"
                 ) from None
             low, high = sorted((int(owner), self.worker_id))
+            salt = self._session + nonces.get(low, b"") + nonces.get(high, b"")
             self._pair_keys[int(owner)] = HKDF(
                 algorithm=hashes.SHA256(),
                 length=KEY_BYTES,
-                salt=self._session,
+                salt=salt,
                 info=b"privtd pairwise mask %d %d" % (low, high),
             ).derive(shared)
 
@@ -164,14 +190,18 @@ class MaskingAggregator:
     def keys_message(self, replies: dict[int, messages.Message]) -> messages.Message:
         owners = sorted(replies)
         keys = np.zeros((len(owners), KEY_BYTES), dtype=np.uint8)
+        nonces = np.zeros((len(owners), 16), dtype=np.uint8)
         for row, owner in enumerate(owners):
             raw = messages.field(replies[owner], "public_key", bytes)
-            if len(raw) != KEY_BYTES:
+            nonce = messages.field(replies[owner], "nonce", bytes)
+            if len(raw) != KEY_BYTES or len(nonce) != 16:
                 raise ProtocolError(
-                    f"Worker {owner} sent a public key of {len(raw)} bytes, not {KEY_BYTES}."
+                    f"Worker {owner} sent a public key of {len(raw)} bytes and a nonce of "
+                    f"{len(nonce)}, not {KEY_BYTES} and 16."
                 )
             keys[row] = np.frombuffer(raw, dtype=np.uint8)
-        return {"key_owners": owners, "public_keys": keys}
+            nonces[row] = np.frombuffer(nonce, dtype=np.uint8)
+        return {"key_owners": owners, "public_keys": keys, "nonces": nonces}
 
     def combine(
         self, replies: dict[int, messages.Message], n_values: int, decrypt: Any

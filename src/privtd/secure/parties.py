@@ -18,14 +18,17 @@ requester never sees a single answer, even at the start.
 
 A worker that drops out ends the run: a sum over fewer workers, set against the earlier sums,
 would reveal the missing worker's contribution (:class:`DropoutError`). Retrying without it
-needs ``allow_leaky_rerun``.
+needs ``allow_leaky_rerun``. Across runs, each worker's own record
+(:class:`~privtd.secure.history.WorkerHistory`) refuses a run that shares its tasks with an
+earlier one but not its workers or its answers.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
@@ -35,6 +38,7 @@ import numpy as np
 from ..errors import ProtocolError, ValidationError
 from . import fixed_point, messages
 from .campaign import Campaign
+from .history import KEY_BYTES, RunRecord, WorkerHistory, fingerprints
 from .masking import MaskingAggregator, MaskingWorker
 from .models import (
     AGGREGATE_MODELS,
@@ -79,6 +83,15 @@ class Worker:
     rounds over another set of workers than at setup (unless ``allow_leaky_rerun``: a sum over
     fewer workers reveals the missing ones' answers), and Paillier keys under 2048 bits (unless
     ``test_only_short_keys``, for tests: such keys can be factored).
+
+    Across runs it keeps ``history``, its own record of the runs it contributed to
+    (:class:`~privtd.secure.history.WorkerHistory`: an object, kept by the caller across runs,
+    or a path to a JSON file; a new in-memory one by default, which protects only runs that reuse
+    this object). It refuses a run that shares a task with an earlier run but not its workers
+    (by their long-term keys) or not its own answers, before it sends anything that depends on
+    its answers, unless ``allow_leaky_rerun``. ``task_names`` and ``value_names`` are its
+    answers' task ids and labels as its device holds them (the record fingerprints those; the
+    codes by default, which the requester assigns).
     """
 
     def __init__(
@@ -90,8 +103,26 @@ class Worker:
         min_participants: int = 3,
         allow_leaky_rerun: bool = False,
         test_only_short_keys: bool = False,
+        history: WorkerHistory | str | os.PathLike[str] | None = None,
+        task_names: Sequence[str] | None = None,
+        value_names: Sequence[str] | None = None,
     ) -> None:
         self.worker_id = int(worker_id)
+        if history is None:
+            history = WorkerHistory()
+        elif not isinstance(history, WorkerHistory):
+            history = WorkerHistory.open(history)
+        self.history = history
+        names = [str(t) for t in (task_names if task_names is not None else tasks)]
+        labels = [str(v) for v in (value_names if value_names is not None else values)]
+        if len(names) != len(tasks) or len(labels) != len(values):
+            raise ValidationError(
+                f"task_names and value_names must name each of the worker's {len(tasks)} "
+                f"answers; got {len(names)} and {len(labels)}."
+            )
+        self._fingerprints = fingerprints(names, labels)
+        self._pending: RunRecord | None = None
+        self._recorded = False
         self.min_participants = min_participants
         self.allow_leaky_rerun = allow_leaky_rerun
         self.test_only_short_keys = test_only_short_keys
@@ -124,7 +155,9 @@ class Worker:
         if self.model is None or self._sum is None:
             raise ProtocolError(f"Message {kind!r} came before setup.")
         if kind == "keys":
+            self._pending = None
             self._sum.set_keys(message)
+            self._pending = self._check_history(message)
             return {"type": "ok"}
         if kind == "keep":
             return self._keep(message)
@@ -155,8 +188,12 @@ class Worker:
         self._spec = spec
         self.model = LOCAL_MODELS[spec.model](spec, self._tasks, self._values)
         self._kept = False
+        self._pending = None
+        self._recorded = False
         if backend == "masking":
-            self._sum = MaskingWorker(self.worker_id, self.min_participants)
+            self._sum = MaskingWorker(
+                self.worker_id, self.min_participants, private_key=self.history.key
+            )
         elif backend == "paillier":
             self._sum = PaillierWorker(
                 self.worker_id,
@@ -165,7 +202,31 @@ class Worker:
             )
         else:
             raise ProtocolError(f"Unknown secure-sum backend {backend!r}.")
-        return {"type": "setup_ok", **self._sum.setup(message)}
+        return {"type": "setup_ok", "identity": self.history.public_key, **self._sum.setup(message)}
+
+    def _check_history(self, message: messages.Message) -> RunRecord:
+        """This run's record, once its participants' long-term keys are known; a refusal if an
+        earlier run of this worker's history forbids it."""
+        owners = [int(o) for o in messages.field(message, "identity_owners", list)]
+        keys = messages.field(message, "identities", np.ndarray)
+        if keys.dtype != np.uint8 or keys.shape != (len(owners), KEY_BYTES):
+            raise ProtocolError(f"Expected {len(owners)} identity keys of {KEY_BYTES} bytes each.")
+        if sorted(owners) != self._setup_participants:
+            raise ProtocolError("The identity keys relayed are not those of the setup's workers.")
+        raw = [k.tobytes() for k in keys]
+        if len(set(raw)) != len(raw):
+            raise ProtocolError("Two workers were relayed with the same identity key.")
+        if raw[owners.index(self.worker_id)] != self.history.public_key:
+            raise ProtocolError("The identity key relayed for this worker is not its own.")
+        if isinstance(self._sum, MaskingWorker):
+            # The masks are derived from these very keys: the list recorded is the list masked
+            # with, so a listed worker that is not there leaves the sum uncancelled noise.
+            masking = messages.field(message, "public_keys", np.ndarray)
+            order = [int(o) for o in messages.field(message, "key_owners", list)]
+            if order != owners or not np.array_equal(masking, keys):
+                raise ProtocolError("The masking keys relayed differ from the identity keys.")
+        tasks, answers = self._fingerprints
+        return self.history.check(raw, tasks, answers, self.allow_leaky_rerun)
 
     def _keep(self, message: messages.Message) -> messages.Message:
         """Keep only the tasks with enough answers: the model is rebuilt on them alone."""
@@ -210,6 +271,13 @@ class Worker:
                 "would reveal the missing workers' answers. This worker did not allow leaky "
                 "re-runs."
             )
+        if self._pending is None:
+            raise ProtocolError("A round came before the workers' keys were relayed.")
+        if not self._recorded:
+            # Recorded (and saved) before the first contribution leaves: a worker that sent
+            # something for a run always has that run on record.
+            self.history.record(self._pending)
+            self._recorded = True
         phase = messages.field(message, "phase", str)
         if phase == "count":
             values = model.answered()
@@ -465,7 +533,25 @@ class Requester:
                 }
             )
         replies = self._call(requests, "setup_ok")
-        self._broadcast({"type": "keys", **self.aggregator.keys_message(replies)})
+        owners = sorted(replies)
+        identities = np.zeros((len(owners), KEY_BYTES), dtype=np.uint8)
+        for row, owner in enumerate(owners):
+            raw = messages.field(replies[owner], "identity", bytes)
+            if len(raw) != KEY_BYTES:
+                raise ProtocolError(
+                    f"Worker {owner} sent an identity key of {len(raw)} bytes, not {KEY_BYTES}."
+                )
+            identities[row] = np.frombuffer(raw, dtype=np.uint8)
+        # Every worker's long-term key goes to every worker: each checks the list against the
+        # runs it took part in before (privtd.secure.history).
+        self._broadcast(
+            {
+                "type": "keys",
+                "identity_owners": owners,
+                "identities": identities,
+                **self.aggregator.keys_message(replies),
+            }
+        )
 
     def _broadcast(self, message: messages.Message) -> dict[int, messages.Message]:
         frame = messages.encode(message)
@@ -563,8 +649,9 @@ class Requester:
         if not self.released_with:
             after = (
                 "No sum had been released in this run, so a re-run without them reveals "
-                "nothing of theirs here (an earlier run of the campaign may still forbid it); "
-                "re-run with the workers that remain, or with them back."
+                "nothing of theirs here; but the other workers had already sent their count "
+                "contributions, and their own records (which cannot tell that no sum was made) "
+                "will refuse a re-run without them. Re-run with them back."
             )
         else:
             after = (

@@ -11,8 +11,11 @@ What the requester learns, and what ``min_answers`` and a drop-out do: ``docs/se
 from __future__ import annotations
 
 import os
+import tempfile
+import urllib.parse
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, ValidationError
 from . import fixed_point
 from .campaign import Campaign
+from .history import WorkerHistory
 from .models import MODELS, ModelSpec
 from .paillier import KEY_BITS
 from .parties import (
@@ -84,9 +88,19 @@ class SecureEM:
         missing workers answered and their labels** (the difference of two sums over two sets
         of workers is their contribution; ``docs/secure.md``).
     campaign : Campaign, path or None
-        The record of earlier runs that ``allow_leaky_rerun`` guards against. A path keeps the
-        record in a JSON file across processes; None keeps it in this object (every ``fit`` of
-        one SecureEM is one campaign). Runs that do not share a record are not linked.
+        The requester's record of earlier runs that ``allow_leaky_rerun`` guards against. A path
+        keeps the record in a JSON file across processes; None keeps it in this object (every
+        ``fit`` of one SecureEM is one campaign). Runs that do not share a record are not linked
+        by it: that is the workers' own record's job.
+    worker_history : path or None
+        The workers' own records of the runs they took part in
+        (:class:`~privtd.secure.WorkerHistory`), which a dishonest requester cannot reset: a
+        worker refuses a run that shares a task with one of its earlier runs but not its workers
+        or not its answers. A folder keeps one JSON file per worker (``<worker id>.json``,
+        holding its private identity key: keep the folder private), as separate devices would.
+        None keeps them in this object across fits (in a private temporary folder with
+        ``processes``); a new SecureEM then starts with workers that remember nothing, as new
+        devices would.
     min_participants, max_attempts
         The fewest workers a round may have; how often a round is retried after drop-outs
         (with ``allow_leaky_rerun``).
@@ -119,6 +133,7 @@ class SecureEM:
         min_answers: int = MIN_ANSWERS,
         allow_leaky_rerun: bool = False,
         campaign: Campaign | str | os.PathLike[str] | None = None,
+        worker_history: str | os.PathLike[str] | None = None,
         min_participants: int = 3,
         max_attempts: int = 3,
         timeout: float = 120.0,
@@ -138,6 +153,7 @@ class SecureEM:
         self.min_answers = min_answers
         self.allow_leaky_rerun = allow_leaky_rerun
         self.campaign = campaign
+        self.worker_history = worker_history
         self.min_participants = min_participants
         self.max_attempts = max_attempts
         self.timeout = timeout
@@ -188,6 +204,33 @@ class SecureEM:
             self.campaign_ = Campaign()
         return self.campaign_
 
+    def _history_file(self, name: str) -> Path:
+        """The history file of worker ``name``: in ``worker_history``, or this object's own
+        private temporary folder (for worker processes, which cannot share objects)."""
+        folder = self.worker_history
+        if folder is None:
+            if getattr(self, "_history_folder", None) is None:
+                # Removed with this object: its workers' memory lives as long as it does.
+                self._history_folder = tempfile.TemporaryDirectory(prefix="privtd-workers-")
+            folder = self._history_folder.name
+        where = Path(folder)
+        if not where.is_dir():
+            raise ValidationError(
+                f"The worker history folder {str(where)!r} does not exist. Create it first."
+            )
+        # Quoted so that no worker id can name a file outside the folder.
+        return where / (urllib.parse.quote(name, safe="") + ".json")
+
+    def _histories(self, names: list[str]) -> dict[str, WorkerHistory]:
+        """Each worker's own record, in memory across this object's fits, or from its file."""
+        if self.worker_history is not None:
+            return {n: WorkerHistory.open(self._history_file(n)) for n in names}
+        if getattr(self, "worker_histories_", None) is None:
+            self.worker_histories_: dict[str, WorkerHistory] = {}
+        for n in names:
+            self.worker_histories_.setdefault(n, WorkerHistory())
+        return {n: self.worker_histories_[n] for n in names}
+
     def fit(self, answers: Answers | Any) -> SecureEM:
         answers = as_answers(answers)
         check_min_answers(self.min_answers)
@@ -203,7 +246,7 @@ class SecureEM:
         held = split_by_worker(answers)
         # In this simulation every worker takes the same policy as the requester; a real worker
         # sets its own (privtd.secure.Worker).
-        policy = {
+        policy: dict[str, Any] = {
             "allow_leaky_rerun": self.allow_leaky_rerun,
             "test_only_short_keys": self.test_only_short_keys,
         }
@@ -211,18 +254,43 @@ class SecureEM:
         self.campaign_ = campaign
         # Refuse a leaky re-run before any worker is started.
         campaign.check((str(answers.workers[w]) for w in held), self.allow_leaky_rerun)
+        names = {w: str(answers.workers[w]) for w in held}
+        # What each worker's device holds besides its answers' codes: their task ids and labels.
+        own: dict[int, dict[str, Any]] = {
+            w: {
+                "task_names": [str(t) for t in answers.tasks[tasks]],
+                "value_names": [
+                    str(v) for v in (values if answers.labels is None else answers.labels[values])
+                ],
+            }
+            for w, (tasks, values) in held.items()
+        }
         transport: Transport
         if self.processes:
+            for w in held:
+                own[w]["history"] = str(self._history_file(names[w]))
+                # A bad file fails here, with its message, not as a worker process that dies.
+                WorkerHistory.open(own[w]["history"])
             transport = SocketTransport(
                 held,
                 min_participants=self.min_participants,
                 timeout=self.timeout,
                 worker_options=policy,
+                own_options=own,
             )
             self.workers_: list[Worker] = []
         else:
+            histories = self._histories(list(names.values()))
             self.workers_ = [
-                Worker(w, tasks, values, min_participants=self.min_participants, **policy)
+                Worker(
+                    w,
+                    tasks,
+                    values,
+                    min_participants=self.min_participants,
+                    history=histories[names[w]],
+                    **policy,
+                    **own[w],
+                )
                 for w, (tasks, values) in held.items()
             ]
             transport = InProcessTransport(self.workers_)
@@ -239,7 +307,7 @@ class SecureEM:
             min_answers=self.min_answers,
             allow_leaky_rerun=self.allow_leaky_rerun,
             campaign=campaign,
-            worker_names={w: str(answers.workers[w]) for w in held},
+            worker_names=names,
             test_only_short_keys=self.test_only_short_keys,
             on_round=self.on_round,
         )

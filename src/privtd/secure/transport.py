@@ -106,6 +106,9 @@ def serve_worker(
 class SocketTransport(Transport):
     """One OS process per worker, each talking to the requester over loopback TCP.
 
+    ``worker_options`` go to every worker (:class:`~privtd.secure.parties.Worker`), ``own_options``
+    to one (its history file, its task ids).
+
     Worker processes come from a fork server that has imported privtd once, so a hundred of them
     start in seconds. A worker whose connection fails or stays silent for ``timeout`` seconds
     counts as dropped out.
@@ -119,6 +122,7 @@ class SocketTransport(Transport):
         timeout: float = 120.0,
         target: Callable[..., None] = serve_worker,
         worker_options: dict[str, Any] | None = None,
+        own_options: dict[int, dict[str, Any]] | None = None,
     ) -> None:
         self.workers = sorted(worker_answers)
         self.bytes_sent = 0
@@ -132,7 +136,14 @@ class SocketTransport(Transport):
         self._processes = [
             context.Process(
                 target=target,
-                args=(address, w, tasks, values, min_participants, worker_options),
+                args=(
+                    address,
+                    w,
+                    tasks,
+                    values,
+                    min_participants,
+                    {**(worker_options or {}), **(own_options or {}).get(w, {})},
+                ),
                 daemon=True,
             )
             for w, (tasks, values) in worker_answers.items()
