@@ -15,6 +15,7 @@ size fixed; a power check shows the same sample rejects a slightly wrong law.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -350,3 +351,23 @@ def test_every_random_decision_comes_from_crypto():
         text = script.read_text()
         assert "Math.random" not in text
         assert "getRandomValues" in text
+
+
+def test_page_secret_variance_keeps_the_exponential_tail():
+    # benchmarks/attacks/attack_expgauss_tail.py: -ln of a 53-bit uniform stops at 53 ln 2 / rate
+    # (36.7 at rate 1), and past ~60 noise scales the loss of the mixture so truncated exceeds
+    # epsilon. Fed a run of zero bits, the page's sampler must go past that cap. rate 1, g 1:
+    # S / 2^30 = sqrt(v).
+    out = node("""
+      const real = globalThis.crypto;
+      let zeroFills = 1;
+      Object.defineProperty(globalThis, "crypto", { configurable: true, value: {
+        getRandomValues: (a) => (zeroFills-- > 0 ? a.fill(0) : real.getRandomValues(a)),
+      } });
+      const s = Number(E.expGaussianScale(1, 1)) / 2 ** 30;
+      Object.defineProperty(globalThis, "crypto", { configurable: true, value: real });
+      const draws = Array.from({ length: 200000 }, () => E.exponential());
+      process.stdout.write(JSON.stringify({ v: s * s, draws }));
+    """)
+    assert out["v"] > 100 * math.log(2) > 53 * math.log(2)
+    assert stats.kstest(np.array(out["draws"]), "expon").pvalue > 1e-6
