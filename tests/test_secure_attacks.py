@@ -326,3 +326,16 @@ def test_secure_em_cli_refuses_a_rerun_without_a_worker(
     assert code == 2 and "leaves out worker" in err and "--allow-leaky-rerun" in err
     code, _, err = cli(["secure-em", str(reduced), *base, "--allow-leaky-rerun"], capsys)
     assert code == 0, err
+
+
+def test_split_state_gets_no_contribution_with_masking() -> None:
+    # attack_split_state: a requester that sends one worker other posteriors than the rest, in
+    # a round over every worker, read all its labels from the difference with the honest round
+    # (1.000 of 157). The masks are now bound to the request each worker received, so the
+    # crafted round's masks do not cancel: its sum is uniform garbage.
+    import attack_split_state
+
+    answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
+    out = attack_split_state.attack(answers)
+    assert not out["crafted_sum_in_range"]
+    assert out["labels_right"] < 0.75

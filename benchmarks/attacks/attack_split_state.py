@@ -78,7 +78,7 @@ class SplitStateRequester(Requester):
         return sums
 
 
-def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[str, float]:
+def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[str, Any]:
     held = split_by_worker(answers)
     workers = [Worker(w, t, v, **worker_supported(options)) for w, (t, v) in held.items()]
     spec = SecureEM().spec_for(answers)
@@ -90,6 +90,10 @@ def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[s
         requester.run()
     assert requester.pair is not None and requester.state_seen is not None
     honest, crafted = requester.pair
+    # A sum of honest binary contributions lies in [-J max, 0]; a sum whose masks did not
+    # cancel is uniform modulo 2^64 and almost surely does not.
+    bound = len(workers) * spec.max_abs + 1e-6
+    in_range = bool(((crafted >= -bound) & (crafted <= 1e-9)).all())
     diff = crafted - honest
     rows = np.asarray(requester.kept_tasks)
     answered = np.abs(diff).max(axis=1) > 1e-6
@@ -105,8 +109,9 @@ def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[s
     tasks, values = held[target]
     truth_answered = np.isin(rows, tasks)
     label = dict(zip(np.asarray(tasks).tolist(), np.asarray(values).tolist(), strict=True))
-    right = [int(r) == label[t] for t, r in zip(rows[answered].tolist(), read, strict=True)]
+    right = [int(r) == label.get(t, -1) for t, r in zip(rows[answered].tolist(), read, strict=True)]
     return {
+        "crafted_sum_in_range": in_range,
         "answered_right": float(np.mean(answered == truth_answered)),
         "distinct_vectors": int(group.max() + 1) if group.size else 0,
         "labels_right": float(np.mean(right)) if right else 0.0,
@@ -118,7 +123,8 @@ def main() -> None:
     answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
     out = attack(answers)
     print(
-        f"{answers.n_workers} workers, {answers.n_tasks} tasks; target worker 0: which tasks "
+        f"{answers.n_workers} workers, {answers.n_tasks} tasks; crafted round's sum in the "
+        f"model's range: {out['crafted_sum_in_range']}; target worker 0: which tasks "
         f"answered {out['answered_right']:.3f}; {out['distinct_vectors']} distinct differences; "
         f"labels read right {out['labels_right']:.3f} of {out['labels']}"
     )

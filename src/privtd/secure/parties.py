@@ -23,6 +23,7 @@ needs ``allow_leaky_rerun``.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -105,11 +106,14 @@ class Worker:
         self._fraction_bits = fixed_point.FRACTION_BITS
         self._n_parties = 0
         self.result: np.ndarray | None = None
+        self._request_digest = b""
 
     def handle(self, frame: bytes) -> bytes:
         # CPU time, not wall time: with one process per worker on few cores, wall time would
         # count the waits for a core as work.
         started = time.process_time()
+        # A round's masks are bound to the request as received (masking.MaskingWorker.protect).
+        self._request_digest = hashlib.sha256(frame).digest()
         try:
             reply = self._dispatch(messages.decode(frame))
         except (ProtocolError, ValidationError) as exc:
@@ -227,7 +231,12 @@ class Worker:
             values = model.contribution()
         codes = fixed_point.encode(values, self._fraction_bits, model.spec.max_abs * (1 + 1e-12))
         protected = secure.protect(
-            codes, round_, attempt, participants, phase=1 if phase == "count" else 0
+            codes,
+            round_,
+            attempt,
+            participants,
+            phase=1 if phase == "count" else 0,
+            context=self._request_digest,
         )
         return {"type": "contribution", "round": round_, "attempt": attempt, **protected}
 
