@@ -339,3 +339,15 @@ def test_split_state_gets_no_contribution_with_masking() -> None:
     out = attack_split_state.attack(answers)
     assert not out["crafted_sum_in_range"]
     assert out["labels_right"] < 0.75
+
+
+def test_split_kept_list_gets_no_contribution() -> None:
+    # The same through the kept-task list: the target alone told another list of the same
+    # size, then one request for all. Before: 204 task sums changed, all by the target's
+    # answers alone. Now a second list is refused, and the list is bound into the masks.
+    import attack_split_state
+
+    answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
+    out = attack_split_state.attack_keep(answers)
+    assert out["refused"] and "already set" in out["refused"]
+    assert out["changed"] == 0

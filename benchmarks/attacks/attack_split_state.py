@@ -44,15 +44,31 @@ class SplitStateRequester(Requester):
     """Runs the protocol honestly until EM round ``at``, then repeats it with the target's
     state flipped, keeps both sums and stops."""
 
-    def __init__(self, *args: Any, target: int, at: int = 5, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, target: int, at: int = 5, mode: str = "state", **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.target, self.at = target, at
+        self.target, self.at, self.mode = target, at, mode
         self.pair: tuple[np.ndarray, np.ndarray] | None = None
         self.state_seen: np.ndarray | None = None
+        self.other_kept: np.ndarray | None = None
+        self.refused: str | None = None
 
     def _secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
         sums = super()._secure_sums(round_, phase, state)
         if phase == "em" and round_ == self.at and state is not None:
+            if self.mode == "keep":
+                # The target alone gets another kept-task list of the same size; every worker
+                # then gets the very same round request.
+                rng = np.random.default_rng(1)
+                self.other_kept = np.sort(
+                    rng.choice(self.spec.n_tasks, self.kept_spec.n_tasks, replace=False)
+                ).astype(np.int64)
+                frame = messages.encode({"type": "keep", "tasks": self.other_kept})
+                reply = messages.decode(self.transport.call({self.target: frame})[self.target])
+                if reply.get("type") != "ok":
+                    self.refused = str(reply.get("reason"))
+                    return sums
             crafted = {}
             for w in self.active:
                 message: messages.Message = {
@@ -61,7 +77,7 @@ class SplitStateRequester(Requester):
                     "attempt": 0,
                     "phase": phase,
                     "participants": self.active,
-                    "state": 1.0 - state if w == self.target else state,
+                    "state": 1.0 - state if w == self.target and self.mode == "state" else state,
                 }
                 crafted[w] = messages.encode(message)
             replies = {
@@ -76,6 +92,45 @@ class SplitStateRequester(Requester):
             self.pair = (sums.copy(), other)
             self.state_seen = state.copy()
         return sums
+
+
+def attack_keep(answers: Any, target: int = 0, at: int = 5) -> dict[str, Any]:
+    """The variant through the kept-task list: the target alone is told another list of the
+    same size, then every worker gets the same round request. The difference with the honest
+    round is the target's alone, and covers tasks outside the real kept list too (tasks with
+    fewer than ``min_answers`` answers among them)."""
+    held = split_by_worker(answers)
+    workers = [Worker(w, t, v) for w, (t, v) in held.items()]
+    spec = SecureEM().spec_for(answers)
+    requester = SplitStateRequester(
+        spec,
+        InProcessTransport(workers),
+        "masking",
+        max_iter=at + 1,
+        target=target,
+        at=at,
+        mode="keep",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        requester.run()
+    if requester.refused is not None or requester.pair is None:
+        return {"refused": requester.refused, "in_range": False, "explained": 0.0, "changed": 0}
+    honest, crafted = requester.pair
+    bound = len(workers) * spec.max_abs + 1e-6
+    in_range = bool(((crafted >= -bound) & (crafted <= 1e-9)).all())
+    changed = np.flatnonzero(np.abs(crafted - honest).max(axis=1) > 1e-6)
+    mine = set(np.asarray(held[target][0]).tolist())
+    kept = np.asarray(requester.kept_tasks)
+    other = requester.other_kept
+    assert other is not None
+    explained = [int(kept[p]) in mine or int(other[p]) in mine for p in changed.tolist()]
+    return {
+        "refused": None,
+        "in_range": in_range,
+        "explained": float(np.mean(explained)) if explained else 0.0,
+        "changed": int(changed.size),
+    }
 
 
 def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[str, Any]:
@@ -130,5 +185,19 @@ def main() -> None:
     )
 
 
+def main_keep() -> None:
+    answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
+    out = attack_keep(answers)
+    if out["refused"]:
+        print(f"kept-list variant: the target refused the second list: {out['refused']}")
+    else:
+        print(
+            f"kept-list variant: crafted sum in range: {out['in_range']}; {out['changed']} task "
+            f"sums changed, {out['explained']:.3f} of them explained by the target's answers "
+            "alone"
+        )
+
+
 if __name__ == "__main__":
+    main_keep()
     main()

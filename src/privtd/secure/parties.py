@@ -107,6 +107,7 @@ class Worker:
         self._n_parties = 0
         self.result: np.ndarray | None = None
         self._request_digest = b""
+        self._keep_digest = b""
 
     def handle(self, frame: bytes) -> bytes:
         # CPU time, not wall time: with one process per worker on few cores, wall time would
@@ -159,6 +160,7 @@ class Worker:
         self._spec = spec
         self.model = LOCAL_MODELS[spec.model](spec, self._tasks, self._values)
         self._kept = False
+        self._keep_digest = b""
         if backend == "masking":
             self._sum = MaskingWorker(self.worker_id, self.min_participants)
         elif backend == "paillier":
@@ -175,6 +177,11 @@ class Worker:
         """Keep only the tasks with enough answers: the model is rebuilt on them alone."""
         spec = self._spec
         assert spec is not None
+        if self._kept:
+            raise ProtocolError(
+                "The kept tasks were already set; a second list would let the requester "
+                "difference this worker's contributions over two sets of tasks."
+            )
         keep = messages.field(message, "tasks", np.ndarray)
         if (
             keep.dtype != np.int64
@@ -197,6 +204,9 @@ class Worker:
             allow_empty=True,
         )
         self._kept = True
+        # Bound into every later round's masks with the round's request: workers told other
+        # kept tasks than the rest get masks that do not cancel.
+        self._keep_digest = self._request_digest
         return {"type": "ok"}
 
     def _round(
@@ -236,7 +246,7 @@ class Worker:
             attempt,
             participants,
             phase=1 if phase == "count" else 0,
-            context=self._request_digest,
+            context=hashlib.sha256(self._keep_digest + self._request_digest).digest(),
         )
         return {"type": "contribution", "round": round_, "attempt": attempt, **protected}
 
