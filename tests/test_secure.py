@@ -383,6 +383,29 @@ def test_pairwise_masks_cancel_exactly() -> None:
     np.testing.assert_array_equal(total, expected)
 
 
+def test_masks_cancel_only_when_every_worker_got_the_same_request() -> None:
+    # The masks are bound to the request each worker received (its digest as ``context``):
+    # a requester that tells one worker something else (other posteriors, other kept tasks)
+    # gets a uniformly random sum, not that worker's contribution (attack_split_state.py).
+    session = b"x" * 16
+    parties = [MaskingWorker(i) for i in range(4)]
+    keys = np.frombuffer(
+        b"".join(p.setup({"session": session})["public_key"] for p in parties), np.uint8
+    ).reshape(4, 32)
+    for p in parties:
+        p.set_keys({"key_owners": list(range(4)), "public_keys": keys})
+    codes = np.arange(40, dtype=np.uint64).reshape(4, 10)
+    expected = codes.sum(axis=0, dtype=np.uint64)
+    for round_, contexts in ((1, [b"a"] * 4), (2, [b"a", b"a", b"b", b"a"])):
+        total = np.zeros(10, dtype=np.uint64)
+        for p, c, ctx in zip(parties, codes, contexts, strict=True):
+            total += p.protect(c, round_, 0, list(range(4)), context=ctx)["masked"]
+        if round_ == 1:
+            np.testing.assert_array_equal(total, expected)
+        else:
+            assert (total != expected).all()
+
+
 def test_bad_parameters_are_clear(duchenne: privtd.Answers, emotion: privtd.Answers) -> None:
     with pytest.raises(ValidationError, match="needs the public answer range"):
         SecureEM().fit(emotion)

@@ -567,3 +567,28 @@ def test_secure_em_cli_workers_refuse_a_fresh_rerun_without_a_worker(
     code, text, _ = cli(["secure-em", "--help"], capsys)
     flat = " ".join(text.split())
     assert "--worker-history DIR" in flat and "nothing stops a requester" in flat
+
+
+def test_split_state_gets_no_contribution_with_masking() -> None:
+    # attack_split_state: a requester that sends one worker other posteriors than the rest, in
+    # a round over every worker, read all its labels from the difference with the honest round
+    # (1.000 of 157). The masks are now bound to the request each worker received, so the
+    # crafted round's masks do not cancel: its sum is uniform garbage.
+    import attack_split_state
+
+    answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
+    out = attack_split_state.attack(answers)
+    assert not out["crafted_sum_in_range"]
+    assert out["labels_right"] < 0.75
+
+
+def test_split_kept_list_gets_no_contribution() -> None:
+    # The same through the kept-task list: the target alone told another list of the same
+    # size, then one request for all. Before: 204 task sums changed, all by the target's
+    # answers alone. Now a second list is refused, and the list is bound into the masks.
+    import attack_split_state
+
+    answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
+    out = attack_split_state.attack_keep(answers)
+    assert out["refused"] and "already set" in out["refused"]
+    assert out["changed"] == 0

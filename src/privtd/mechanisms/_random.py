@@ -54,6 +54,39 @@ def secure_uniform(shape: int | tuple[int, ...]) -> np.ndarray:
     return (bits.astype(np.float64) * (1.0 / 9007199254740992.0)).reshape(shape)
 
 
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """The bit length of each uint64 (0 for 0), by exact integer halving."""
+    x = x.copy()
+    n = np.zeros(x.shape, dtype=np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        big = x >= (np.uint64(1) << np.uint64(shift))
+        n[big] += shift
+        x[big] >>= np.uint64(shift)
+    return n + (x > 0)
+
+
+def secure_exponential(shape: int | tuple[int, ...]) -> np.ndarray:
+    """Exp(1) draws from the OS cryptographic generator, with the law's whole tail.
+
+    ``-ln(u)`` with ``u`` a 53-bit uniform stops at ``53 ln 2``: a mixture over such draws has
+    no components beyond, and privtd's per-report epsilon for exp-gaussian, which holds for
+    the exponential's unbounded tail, fails far out in the noise's tail. Here ``u = 2^-e (1 +
+    f)``, ``e >= 1`` the position of the first 1 in an unbounded stream of random bits
+    (``P(e = k) = 2^-k``) and ``f`` a 53-bit uniform in [0, 1): ``u`` is uniform on (0, 1) to
+    any depth, and ``-ln u = e ln 2 - log1p(f)``.
+    """
+    n = int(np.prod(shape))
+    e = np.ones(n, dtype=np.int64)
+    pending = np.arange(n)
+    while pending.size:
+        words = np.frombuffer(os.urandom(8 * pending.size), dtype=np.uint64)
+        zero = words == 0
+        e[pending[~zero]] += 64 - _bit_length(words[~zero])
+        e[pending[zero]] += 64
+        pending = pending[zero]
+    return (e * np.log(2.0) - np.log1p(secure_uniform(n))).reshape(shape)
+
+
 class Draws:
     """Uniform [0, 1) draws for (worker, task) cells: keyed by a seed, from a Generator
     (simulation), or from the OS cryptographic generator (``None``: a real release)."""

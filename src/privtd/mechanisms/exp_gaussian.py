@@ -17,7 +17,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from ._base import CellMechanism, Unit
 from ._discrete import dgaussian_log_norm, opendp_gaussian, sample_dgaussian
-from ._random import Draws
+from ._random import Draws, secure_exponential
 
 # Streams: one uniform per worker for its variance; the discrete Gaussian's rejection rounds
 # use three streams per round from _NORMAL on.
@@ -82,9 +82,11 @@ class ExpGaussian(CellMechanism):
         only ``(epsilon, delta(epsilon))`` with :meth:`delta_if_variance_revealed` (large, as the
         exponential puts mass near 0).
     Sampling
-        A real release (``rng=None``): ``v_u`` from the OS cryptographic generator, the
+        A real release (``rng=None``): ``v_u`` from the OS cryptographic generator with the
+        exponential's whole tail (:func:`~privtd.mechanisms._random.secure_exponential`), the
         discrete Gaussian from OpenDP's exact sampler (extra ``dp``). A seed or Generator runs
-        the same law vectorised (Canonne-Kamath-Steinke rejection), for simulation.
+        the same law vectorised (Canonne-Kamath-Steinke rejection), for simulation, with
+        ``v_u`` from a 53-bit uniform (so at most ``53 ln 2 / rate``).
     Utility
         Noise of mean absolute value about ``1 / sqrt(2 rate)``, plus the grid's rounding of
         the answer (at most ``g / 2``); truth-discovery weights discount the noisy workers.
@@ -291,7 +293,13 @@ class ExpGaussian(CellMechanism):
         return values
 
     def worker_variances(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
-        """Each worker's secret ``v_u = -ln(u) / rate``, ``u`` a 53-bit uniform in (0, 1]."""
+        """Each worker's secret ``v_u ~ Exp(rate)``. A real release draws the exponential with
+        its whole tail (:func:`secure_exponential`): ``-ln(u)`` of a 53-bit ``u`` stops at
+        ``53 ln 2 / rate``, and past about 60 noise scales the report loss of a mixture so
+        truncated exceeds ``epsilon`` (``benchmarks/attacks/attack_expgauss_tail.py``).
+        Simulation keeps ``-ln(u) / rate`` with ``u`` a 53-bit uniform in (0, 1]."""
+        if draws.real:
+            return secure_exponential(np.shape(worker_hash)) / self.rate
         u = 1.0 - draws.uniform(_WORKER_VAR, worker_hash, np.zeros(1, dtype=np.uint64))
         return -np.log(u) / self.rate
 

@@ -36,7 +36,7 @@ KEY_BYTES = 32
 
 
 try:
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes, hmac, serialization
     from cryptography.hazmat.primitives.asymmetric import x25519
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -126,9 +126,14 @@ class MaskingWorker:
         attempt: int,
         participants: list[int],
         phase: int = 0,
+        context: bytes = b"",
     ) -> messages.Message:
         """The masked codes for this (phase, round, attempt) among ``participants``; ``phase``
-        is 1 for the count round, 0 for the others."""
+        is 1 for the count round, 0 for the others. ``context`` (the SHA-256 of the round's
+        request as this worker received it) is bound into every mask: the masks cancel only if
+        every participant received the same request, so a requester that sends one worker
+        other posteriors than the rest gets a uniformly random sum, not that worker's
+        contribution (``benchmarks/attacks/attack_split_state.py``)."""
         if (phase, round_, attempt) in self._used:
             raise ProtocolError(
                 f"Round {round_} attempt {attempt} was already masked; refusing to reuse its masks."
@@ -148,18 +153,27 @@ class MaskingWorker:
         for peer in participants:
             if peer == self.worker_id:
                 continue
-            mask = self._mask(peer, round_, attempt, phase, masked.size)
+            mask = self._mask(peer, round_, attempt, phase, masked.size, context)
             if self.worker_id < peer:
                 masked += mask
             else:
                 masked -= mask
         return {"masked": masked}
 
-    def _mask(self, peer: int, round_: int, attempt: int, phase: int, n: int) -> np.ndarray:
+    def _mask(
+        self, peer: int, round_: int, attempt: int, phase: int, n: int, context: bytes = b""
+    ) -> np.ndarray:
         # ChaCha20 takes a 4-byte block counter and a 12-byte nonce: (round, attempt, phase) is
-        # unique per key, so no keystream is ever used twice.
+        # unique per key, so no keystream is ever used twice. The round's key is the pair key
+        # keyed with the request's digest (HMAC-SHA256), so both workers of a pair derive the
+        # same mask only if they received the same request.
+        key = self._pair_keys[peer]
+        if context:
+            mac = hmac.HMAC(key, hashes.SHA256())
+            mac.update(context)
+            key = mac.finalize()
         nonce = struct.pack("<IIII", 0, round_, attempt, phase)
-        stream = Cipher(algorithms.ChaCha20(self._pair_keys[peer], nonce), mode=None).encryptor()
+        stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
         return np.frombuffer(stream.update(_zeros(8 * n)), dtype="<u8")
 
 

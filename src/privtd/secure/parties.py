@@ -25,6 +25,7 @@ earlier one but not its workers or its answers.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
@@ -136,11 +137,15 @@ class Worker:
         self._fraction_bits = fixed_point.FRACTION_BITS
         self._n_parties = 0
         self.result: np.ndarray | None = None
+        self._request_digest = b""
+        self._keep_digest = b""
 
     def handle(self, frame: bytes) -> bytes:
         # CPU time, not wall time: with one process per worker on few cores, wall time would
         # count the waits for a core as work.
         started = time.process_time()
+        # A round's masks are bound to the request as received (masking.MaskingWorker.protect).
+        self._request_digest = hashlib.sha256(frame).digest()
         try:
             reply = self._dispatch(messages.decode(frame))
         except (ProtocolError, ValidationError) as exc:
@@ -190,6 +195,7 @@ class Worker:
         self._kept = False
         self._pending = None
         self._recorded = False
+        self._keep_digest = b""
         if backend == "masking":
             self._sum = MaskingWorker(
                 self.worker_id, self.min_participants, private_key=self.history.key
@@ -232,6 +238,11 @@ class Worker:
         """Keep only the tasks with enough answers: the model is rebuilt on them alone."""
         spec = self._spec
         assert spec is not None
+        if self._kept:
+            raise ProtocolError(
+                "The kept tasks were already set; a second list would let the requester "
+                "difference this worker's contributions over two sets of tasks."
+            )
         keep = messages.field(message, "tasks", np.ndarray)
         if (
             keep.dtype != np.int64
@@ -254,6 +265,9 @@ class Worker:
             allow_empty=True,
         )
         self._kept = True
+        # Bound into every later round's masks with the round's request: workers told other
+        # kept tasks than the rest get masks that do not cancel.
+        self._keep_digest = self._request_digest
         return {"type": "ok"}
 
     def _round(
@@ -295,7 +309,12 @@ class Worker:
             values = model.contribution()
         codes = fixed_point.encode(values, self._fraction_bits, model.spec.max_abs * (1 + 1e-12))
         protected = secure.protect(
-            codes, round_, attempt, participants, phase=1 if phase == "count" else 0
+            codes,
+            round_,
+            attempt,
+            participants,
+            phase=1 if phase == "count" else 0,
+            context=hashlib.sha256(self._keep_digest + self._request_digest).digest(),
         )
         return {"type": "contribution", "round": round_, "attempt": attempt, **protected}
 

@@ -203,14 +203,6 @@ export function floatToRational(x) {
   return exponent >= 0 ? [mantissa << BigInt(exponent), 1n] : [mantissa, 1n << BigInt(-exponent)];
 }
 
-/**
- * A uniform double in (0, 1] on the 2^-53 grid: (k + 1) / 2^53 for k uniform in [0, 2^53).
- * @returns {number}
- */
-export function uniform53() {
-  return (belowNumber(TWO53) + 1) / TWO53;
-}
-
 function has(answers, task) {
   return Object.prototype.hasOwnProperty.call(answers, task);
 }
@@ -282,15 +274,35 @@ export function expGaussianGrid(p) {
 }
 
 /**
+ * An Exp(1) draw with the law's whole tail: -ln(u) for u = 2^-e (1 + f), e >= 1 the position of
+ * the first 1 in an unbounded stream of random bits (P(e = k) = 2^-k) and f a 53-bit uniform in
+ * [0, 1), so u is uniform on (0, 1) to any depth: -ln(u) = e ln 2 - log1p(f). (-ln of a 53-bit
+ * uniform stops at 53 ln 2, and exp-gaussian's epsilon needs the exponential's tail.)
+ * @returns {number}
+ */
+export function exponential() {
+  let e = 1;
+  for (;;) {
+    const w = word();
+    if (w !== 0) {
+      e += Math.clz32(w);
+      break;
+    }
+    e += 32;
+  }
+  return e * Math.LN2 - Math.log1p(belowNumber(TWO53) / TWO53);
+}
+
+/**
  * The secret noise scale of one exp-gaussian worker, in grid steps: v ~ Exp(rate) drawn as
- * -log(u) / rate, and s = floor(sqrt(v) / g * 2^30 + 0.5) / 2^30. Returned as the integer
- * S = s * 2^30 (a BigInt), so that s^2 = S^2 / 2^60 exactly.
+ * exponential() / rate, and s = floor(sqrt(v) / g * 2^30 + 0.5) / 2^30. Returned as the
+ * integer S = s * 2^30 (a BigInt), so that s^2 = S^2 / 2^60 exactly.
  * @param {number} rate
  * @param {number} g
  * @returns {bigint}
  */
 export function expGaussianScale(rate, g) {
-  const v = -Math.log(uniform53()) / rate;
+  const v = exponential() / rate;
   const scaled = Math.floor((Math.sqrt(v) / g) * 1073741824 + 0.5);
   if (!Number.isFinite(scaled)) throw new Error(`exp-gaussian's rate ${rate} and granularity ${g} give an infinite noise scale.`);
   return BigInt(scaled);
