@@ -827,6 +827,12 @@ def secure_em_cmd(
     workers who answered it. A worker that drops out stops the run: re-running without it would
     reveal its answers, and needs --allow-leaky-rerun. With --worker-history, the workers
     themselves refuse such a re-run, whoever starts it.
+
+    Not protected (docs/secure.md, "Known limits"): two tasks whose answerers differ by one
+    worker give the requester that worker's terms from the difference of their sums, whatever
+    --min-answers is; each worker learns from the posteriors whether the others who answered
+    its tasks agreed with it; with --backend paillier a dishonest requester can have one
+    worker's ciphertexts decrypted by the key holder (use masking where that matters).
     """
     from .secure import RoundStats, SecureEM
 

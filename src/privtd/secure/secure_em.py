@@ -56,6 +56,13 @@ def split_by_worker(answers: Answers) -> dict[int, tuple[np.ndarray, np.ndarray]
 class SecureEM:
     """Worker-private latent class EM (Kajino et al., DMKD 2014), every party simulated.
 
+    The requester sees only secure sums, each task's answer count and the posteriors of every
+    round (docs/secure.md lists what each party learns). Not protected: two tasks whose
+    answerers differ by one worker give the requester that worker's terms from the difference
+    of their sums, whatever ``min_answers`` is; each worker learns from the posteriors whether
+    the others who answered its tasks agreed with it; with ``backend="paillier"`` a dishonest
+    requester can have one worker's ciphertexts decrypted by the key holder.
+
     Parameters
     ----------
     model : {"auto", "binary", "multiclass", "real"}
