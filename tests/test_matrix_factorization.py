@@ -95,3 +95,53 @@ def test_profile_shape_must_match():
     with pytest.raises(ValidationError, match="task columns"):
         m.perturb(data)
     assert math.isfinite(m.epsilon)
+
+
+def test_a_real_release_is_refused_unless_the_float_leak_is_accepted(tmp_path, capsys):
+    # mf's rows are floating-point least-squares solutions, not grid points: a real release
+    # (no seed) is refused by default, since its guarantee holds for real arithmetic only.
+    from test_cli import run
+
+    data = crowd()
+    profiles = task_profiles(data.n_tasks, 3, rng=0)
+    m = MFPerturbation.from_epsilon(1.0, profiles, 0, 4)
+    with pytest.raises(ValidationError, match="real mf release is refused.*allow_float_leak"):
+        m.perturb(data)
+    with pytest.raises(ValidationError, match="real mf release is refused"):
+        m.perturb_worker({0: 1.0}, tasks=list(range(data.n_tasks)))
+    assert m.perturb(data, rng=0).n_answers == data.n_workers * data.n_tasks  # simulation
+    allowed = MFPerturbation.from_epsilon(1.0, profiles, 0, 4, allow_float_leak=True)
+    assert np.isfinite(allowed.perturb(data).value).all()
+    # The CLI: refused in one line without the flag; with it, a warning and the release.
+    path = tmp_path / "a.csv"
+    frame = data.to_frame()
+    frame["task"] = "t" + frame["task"].astype(str)
+    frame.to_csv(path, index=False)
+    out = tmp_path / "p.csv"
+    base = ["perturb", str(path), "-M", "mf", "-e", "1", "-p", "low=0", "-p", "high=4"]
+    code, _, err = run([*base, "-o", str(out)], capsys)
+    assert code != 0 and "--allow-float-leak" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    code, _, err = run([*base, "-o", str(out), "--allow-float-leak"], capsys)
+    assert code == 0 and "floating-point leak" in err and out.exists(), err
+    code, _, err = run(
+        [
+            "perturb",
+            str(path),
+            "-M",
+            "laplace",
+            "-e",
+            "1",
+            "-p",
+            "low=0",
+            "-p",
+            "high=4",
+            "-o",
+            str(tmp_path / "q.csv"),
+            "--seed",
+            "0",
+            "--allow-float-leak",
+        ],
+        capsys,
+    )
+    assert code != 0 and "applies to mf only" in err

@@ -513,6 +513,13 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     type=click.Path(dir_okay=False),
     help="JSON to write: mechanism, parameters, guarantee and every worker's total.",
 )
+@click.option(
+    "--allow-float-leak",
+    is_flag=True,
+    help="mf only: make a real release (no --seed) although mf's floating-point rows can rule "
+    "out neighbouring answers whatever epsilon says (Mironov 2012; docs/privacy.md). Without "
+    "it a real mf release is refused.",
+)
 @ON_DUPLICATE
 def perturb(
     answers: str,
@@ -522,6 +529,7 @@ def perturb(
     seed: int | None,
     output: str,
     report: str | None,
+    allow_float_leak: bool,
     on_duplicate: str,
 ) -> None:
     """Perturb ANSWERS as each worker would on their device.
@@ -531,8 +539,13 @@ def perturb(
     of a public grid with exact discrete Laplace or Gaussian noise from OpenDP, so no release
     rules out a neighbouring answer through floating point. With --seed it is a simulation of
     the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
-    real-valued: its guarantee holds for real arithmetic only (docs/privacy.md).
+    real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
+    release needs --allow-float-leak.
     """
+    if allow_float_leak and mechanism != "mf":
+        raise ValidationError(
+            f"--allow-float-leak applies to mf only; {mechanism} releases on a public grid."
+        )
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
@@ -551,12 +564,13 @@ def perturb(
     params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
+    if allow_float_leak:
+        params["allow_float_leak"] = True
     mech = make_mechanism(mechanism, epsilon, **params)
-    if seed is None and mechanism == "mf":
+    if seed is None and allow_float_leak:
         click.echo(
-            "privtd: warning: mf releases floating-point least-squares rows; its guarantee "
-            "holds for real arithmetic only and the floating-point leak (Mironov 2012) is not "
-            "closed (docs/privacy.md).",
+            "privtd: warning: a real mf release: its guarantee holds for real arithmetic only "
+            "and the floating-point leak (Mironov 2012) is not closed (docs/privacy.md).",
             err=True,
         )
     perturbed = mech.perturb(data, rng=seed)

@@ -53,7 +53,9 @@ class MFPerturbation(ScoreDomain):
         profiles, which no integer lattice for ``eta`` can absorb, so discrete noise would make
         the neighbours' output sets disjoint rather than equal. A real release draws ``eta``'s
         uniforms from the OS cryptographic generator; the leak through the low-order bits of
-        the release remains (docs/privacy.md).
+        the release remains (docs/privacy.md). So a real release (``rng=None``) is refused
+        unless ``allow_float_leak=True`` (CLI: ``privtd perturb --allow-float-leak``); seeded
+        simulation is unaffected.
     Solvers
         ``"lstsq"`` (default): the minimum-norm solution of ``G u = sum a v - eta`` with
         ``G = sum v v^T``, which is the unique minimiser whenever there is one; ``"ridge"`` adds
@@ -69,6 +71,9 @@ class MFPerturbation(ScoreDomain):
     solver: Solver = "lstsq"
     ridge: float = 1e-6
     gd_steps: int = 2000
+    #: A real release (no seed) is refused unless this is True: its floating-point leak is
+    #: not closed (above), so releasing real data must be the caller's explicit choice.
+    allow_float_leak: bool = False
     name: ClassVar[str] = "mf"
 
     def __post_init__(self) -> None:
@@ -184,6 +189,16 @@ class MFPerturbation(ScoreDomain):
             u -= step * grad
         return u
 
+    def _check_release(self, draws: Draws) -> None:
+        if draws.real and not self.allow_float_leak:
+            raise ValidationError(
+                "A real mf release is refused: mf releases floating-point least-squares rows, "
+                "so its guarantee holds for real arithmetic only and the floating-point leak "
+                "(Mironov 2012) is not closed (docs/privacy.md). Pass a seed to simulate, use "
+                "laplace or krr-null for real data, or set allow_float_leak=True "
+                "(CLI: --allow-float-leak) to release anyway."
+            )
+
     def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:
         values = np.asarray(answers.answer_values(), dtype=float)
         self._check_values(values)
@@ -193,6 +208,7 @@ class MFPerturbation(ScoreDomain):
                 f"{answers.n_tasks} tasks. Build profiles for exactly these tasks."
             )
         draws = Draws(rng)
+        self._check_release(draws)
         worker_hash = (
             id_hashes(answers.workers) if draws.keyed else np.zeros(answers.n_workers, np.uint64)
         )
@@ -229,9 +245,10 @@ class MFPerturbation(ScoreDomain):
             raise ValidationError("Answers name task(s) that are not in the task list.")
         values = np.array([float(a) for a in answers.values()])
         self._check_values(values)
+        draws = Draws(rng)
+        self._check_release(draws)
         if budget is not None:
             budget.charge(self.guarantee, len(tasks))
-        draws = Draws(rng)
         worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
         row = self._rows(
             np.zeros(len(cols), dtype=np.int64),
