@@ -330,10 +330,11 @@ def infer(
                 f"Method {method!r} does not run on a Dask cluster yet; these do: "
                 f"{', '.join(distributed.DISTRIBUTED_METHODS)}. Leave out --engine dask."
             )
+        files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
         client = click.get_current_context().with_resource(
             distributed.connect(scheduler=scheduler, workers=workers)
         )
-        data = distributed.ingest(answers, client, partitions=partitions, **read)
+        data = distributed.ingest(files, client, partitions=partitions, **read)
     else:
         if scheduler or workers or partitions:
             raise ValidationError("--scheduler, --workers and --partitions need --engine dask.")

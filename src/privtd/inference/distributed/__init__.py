@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from ._cluster import connect
 from ._fit import DISTRIBUTED_METHODS, fit_distributed
-from ._ingest import DistributedAnswers, ingest
+from ._ingest import DistributedAnswers, ingest, resolve_files
 
-__all__ = ["DISTRIBUTED_METHODS", "DistributedAnswers", "connect", "fit_distributed", "ingest"]
+__all__ = [
+    "DISTRIBUTED_METHODS",
+    "DistributedAnswers",
+    "connect",
+    "fit_distributed",
+    "ingest",
+    "resolve_files",
+]

@@ -58,7 +58,7 @@ def connect(
                 "workers. Pass one of --scheduler and --workers."
             )
         try:
-            remote = dist.Client(scheduler, timeout="5s", set_as_default=False)
+            remote = dist.Client(scheduler, timeout="3s", set_as_default=False)
         except (OSError, TimeoutError, ValueError, TypeError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValidationError(
