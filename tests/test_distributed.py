@@ -320,3 +320,47 @@ def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
         outputs[engine] = (pd.read_csv(out), pd.read_csv(probas))
     assert outputs["dask"][0].equals(outputs["memory"][0])
     np.testing.assert_allclose(outputs["dask"][1].iloc[:, 1:], outputs["memory"][1].iloc[:, 1:])
+
+
+def test_a_worker_killed_mid_fit_stops_the_fit_with_one_line(files):
+    """Dask has forgotten the earlier passes a lost shard's state came from, so the fit cannot
+    resume: it must stop with a PrivtdError, not hang or return a partial result."""
+    import signal
+
+    from privtd.errors import PrivtdError
+
+    with connect(workers=2) as cl:
+        data = ingest(files["cat"], cl, partitions=4)
+        victim = sorted(cl.scheduler_info()["workers"])[0]
+        pid = cl.run(os.getpid, workers=[victim])[victim]
+        est = make_estimator("ds", max_iter=8, tol=0.0)
+
+        def kill(n_iter, max_iter):
+            if n_iter == 3:
+                os.kill(pid, signal.SIGKILL)
+
+        est.progress = kill
+        with pytest.raises(PrivtdError, match="worker died") as info:
+            fit_distributed(est, data)
+        assert "\n" not in str(info.value)
+        assert "truths_" not in vars(est)
+
+
+def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
+    import urllib.error
+    import urllib.request
+
+    def sockets(dask_scheduler):
+        http = [s.getsockname() for s in dask_scheduler.http_server._sockets.values()]
+        return dask_scheduler.address, http
+
+    address, http = client.run_on_scheduler(sockets)
+    assert address.startswith("tcp://127.0.0.1:") and {h for h, _ in http} == {"127.0.0.1"}
+    assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])
+    # Its HTTP port answers health checks only: no dashboard page.
+    port = http[0][1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as page:
+        assert page.status == 200
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
+    assert info.value.code == 404

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import ValidationError
+from ...errors import PrivtdError, ValidationError
 
 INSTALL = "The Dask engine needs dask.distributed: pip install 'privtd[dask]'."
 
@@ -80,6 +81,9 @@ def connect(
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        # No dashboard; the scheduler's small HTTP server (health, metrics) still runs, on a
+        # free loopback port rather than 8787, which another cluster may hold.
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         silence_logs=logging.ERROR,
     )
     local = dist.Client(cluster, set_as_default=False)
@@ -88,3 +92,23 @@ def connect(
     finally:
         local.close()
         cluster.close()
+
+
+def gather(client: Any, futures: list[Any]) -> list[Any]:
+    """``client.gather``, with a lost worker reported in one line. A pass depends on the
+    previous one, which Dask has already forgotten, so a shard lost mid-fit cannot be
+    recomputed: the fit stops rather than hang or return a partial result."""
+    try:
+        return list(client.gather(futures))
+    except PrivtdError:
+        raise
+    except Exception as exc:
+        if not (
+            isinstance(exc, CancelledError | OSError)
+            or type(exc).__name__ in ("KilledWorker", "CommClosedError")
+        ):
+            raise
+        raise PrivtdError(
+            f"A Dask worker died or was cut off during the fit ({type(exc).__name__}), and the "
+            "shards it held are lost. Run the fit again; resuming it is not supported yet."
+        ) from None

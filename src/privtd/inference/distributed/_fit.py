@@ -28,7 +28,7 @@ from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene
 from ..weighted_vote import WeightedVote
 from . import _shard
-from ._cluster import connect
+from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
 
 #: Params bigger than this (bytes) are scattered to every worker once per iteration rather
@@ -78,15 +78,16 @@ class _Passes:
             submit(_on_shard, fn, backend, shard, out, params, pure=False)
             for shard, out in zip(self.data.shards, self.outs, strict=True)
         ]
-        return list(self.client.gather([submit(_shard.second, o, pure=False) for o in self.outs]))
+        return gather(self.client, [submit(_shard.second, o, pure=False) for o in self.outs])
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
         """The per-task results, gathered once and put in the in-memory order of tasks."""
-        parts = self.client.gather(
+        parts = gather(
+            self.client,
             [
                 self.client.submit(_shard.results, s, o, pure=False)
                 for s, o in zip(self.data.shards, self.outs, strict=True)
-            ]
+            ],
         )
         ids = parts[0]["ids"].append([p["ids"] for p in parts[1:]])
         order = np.argsort(np.concatenate([p["first_row"] for p in parts]), kind="stable")

@@ -16,6 +16,7 @@ import pandas as pd
 from ...answers import _check_choice
 from ...errors import ValidationError
 from . import _shard
+from ._cluster import gather
 
 #: Answers per shard the default partition count aims at (the issue's 1e6-1e7 range).
 SHARD_ANSWERS = 5_000_000
@@ -166,7 +167,7 @@ def ingest(
         submit(_shard.read_file, path, file_format(path), (task, worker, answer), pure=False)
         for path in files
     ]
-    summaries = client.gather([submit(_shard.summarise, f, kind, pure=False) for f in frames])
+    summaries = gather(client, [submit(_shard.summarise, f, kind, pure=False) for f in frames])
     notes: list[str] = []
     n_rows = np.array([s["n_rows"] for s in summaries], dtype=np.int64)
     n_missing = sum(s["n_missing"] for s in summaries)
@@ -213,7 +214,7 @@ def ingest(
         )
         for p in range(n_parts)
     ]
-    infos = client.gather([submit(_shard.describe, s, pure=False) for s in shards])
+    infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
     del frames, pieces, shared  # the files' tables and pieces are freed once the shards exist
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
