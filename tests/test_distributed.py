@@ -67,6 +67,13 @@ def files(tmp_path_factory):
     (root / "cat").mkdir()
     for i, part in enumerate(_split(frame, 3)):
         part.to_parquet(root / "cat" / f"part-{i}.parquet", index=False)
+    two, _, _ = datasets.make_categorical(
+        200, 25, 2, answers_per_task=5, accuracy=(0.3, 0.95), rng=4
+    )
+    binary = two.to_frame().sample(frac=1.0, random_state=5).reset_index(drop=True)
+    (root / "bin").mkdir()
+    for i, part in enumerate(_split(binary, 2)):
+        part.to_parquet(root / "bin" / f"part-{i}.parquet", index=False)
     n = 900
     num = pd.DataFrame(
         {
@@ -83,6 +90,8 @@ def files(tmp_path_factory):
         "cat": root / "cat",
         "num": root / "num",
         "cat_frame": frame,
+        "bin": root / "bin",
+        "bin_frame": binary,
         "num_frame": pd.concat(
             [pd.read_csv(p, dtype={"task": str, "worker": str}) for p in _csvs(root / "num")],
             ignore_index=True,
@@ -171,6 +180,16 @@ def test_default_stopping_rule_stops_at_the_same_iteration(method, files, ingest
     np.testing.assert_allclose(dist.priors_, mem.priors_, rtol=1e-9)
 
 
+@pytest.mark.parametrize("partitions", [1, 7])
+def test_latent_class_same_labels_as_in_memory(partitions, files, ingested):
+    params = {"max_iter": 6, "tol": 0.0}
+    mem, dist = _both("lc", params, files["bin_frame"], ingested("bin", partitions))
+    _assert_same(mem, dist, numeric=False)
+    assert dist.prior_ == pytest.approx(mem.prior_, rel=1e-9)
+    with pytest.raises(ValidationError, match="binary"):
+        fit_distributed(make_estimator("lc"), ingested("cat", 3))
+
+
 def test_crh_absolute_loss_uses_exact_per_task_weighted_medians(files, ingested):
     params = {"loss": "absolute", "max_iter": 4, "tol": 0.0}
     mem, dist = _both("crh", params, files["num_frame"], ingested("num", 3))
@@ -239,6 +258,10 @@ def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and not out.exists()
     code, _, err = run(["infer", str(tmp_path / "nope"), *args[2:]], capsys)
     assert code == 2 and "No such file" in err and not out.exists()
+    code, _, err = run(args[:-2], capsys)  # a directory, in memory
+    assert code == 2 and "--engine dask" in err and not out.exists()
+    code, _, err = run([*args, "-m", "raykar"], capsys)
+    assert code == 2 and "one-coin-ds" in err and not out.exists()
 
 
 # ---------------------------------------------------------------------- across processes, TCP
@@ -278,13 +301,9 @@ def remote(tmp_path_factory):
                 time.sleep(0.5)
         yield address
     finally:
-        for proc in (worker, scheduler):
-            proc.terminate()
-        for proc in (worker, scheduler):
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for proc in (worker, scheduler):  # nothing to save: no graceful shutdown needed
+            proc.kill()
+            proc.wait(timeout=20)
 
 
 def test_separate_scheduler_and_worker_processes_over_tcp(remote, files):

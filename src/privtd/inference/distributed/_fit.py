@@ -23,6 +23,7 @@ from .._base import Estimator
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import EPS, DawidSkene
+from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene
@@ -282,6 +283,41 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
     )
 
 
+def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None:
+    if data.n_labels != 2:
+        raise ValidationError(
+            f"LatentClass is binary; these answers have {data.n_labels} labels. "
+            "Use DawidSkene (method 'ds') for more labels."
+        )
+    start = passes.run(_shard.lc_start)
+    sums, mean = _total(start, 0), float(_total(start, 1)) / data.n_tasks
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        stats = passes.run(_shard.lc_pass, est.m_finish(sums, mean))
+        objective.append(float(_total(stats, 2)))
+        sums, mean = _total(stats, 0), float(_total(stats, 1)) / data.n_tasks
+        if max(float(s[3]) for s in stats) < est.tol:
+            converged = True
+            break
+    sens, spec, prior = est.m_finish(sums, mean)
+    est.prior_ = prior
+    passes.run(_shard.lc_finish)
+    tasks, truth, proba = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=proba,
+        weight=0.5 * (sens + spec),
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"sensitivity": sens, "specificity": spec},
+    )
+
+
 def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
     def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
         passes.run(fn)
@@ -296,6 +332,7 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     WeightedVote: ("wv", _fit_wv),
     DawidSkene: ("ds", _fit_ds),
     OneCoinDawidSkene: ("one-coin-ds", _fit_one_coin),
+    LatentClass: ("lc", _fit_lc),
     CRH: ("crh", _fit_loss_weighted),
     CATD: ("catd", _fit_loss_weighted),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
@@ -326,7 +363,8 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, CRH, CATD, Mean, Median), with ``tie_break="first"``.
+        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, Mean, Median), with
+        ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.

@@ -354,3 +354,33 @@ def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
 
 def median_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     return shard.sorted.median(), None
+
+
+def lc_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    """LatentClass: the positive vote share per task, then the M-step's per-worker sums."""
+    from ..latent_class import LatentClass
+
+    mu = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, 2))[:, 1]
+    x = shard.value.astype(np.float64)
+    return mu, (LatentClass.m_sums(mu, shard.task, shard.worker, x, shard.n_workers), mu.sum())
+
+
+def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
+    from scipy.special import expit
+
+    from ..latent_class import LatentClass
+
+    sens, spec, prior = params
+    t, w, x = shard.task, shard.worker, shard.value.astype(np.float64)
+    log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, shard.n_tasks)
+    logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
+    loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
+    new = expit(logit)
+    change = float(np.max(np.abs(new - prev[0]), initial=0.0))
+    sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
+    return new, (sums, new.sum(), loglik, change)
+
+
+def lc_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    mu = prev[0]
+    return ((mu >= 0.5).astype(np.int64), np.column_stack([1.0 - mu, mu])), None
