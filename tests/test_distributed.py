@@ -383,3 +383,20 @@ def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
     assert info.value.code == 404
+
+
+def test_missing_cells_error_by_default_and_drop_as_in_memory(files, client, tmp_path):
+    frame = files["num_frame"].copy()
+    frame.loc[[5, 700], "answer"] = np.nan
+    for i, part in enumerate(_split(frame, 2)):
+        part.to_csv(tmp_path / f"p{i}.csv", index=False)
+    with pytest.raises(ValidationError, match="2 row"):
+        ingest(tmp_path, client)
+    data = ingest(tmp_path, client, partitions=3, on_missing="drop")
+    assert data.notes == ("dropped 2 row(s) with a missing task, worker or answer",)
+    mem = Answers.from_frame(frame, on_missing="drop")
+    assert data.n_answers == mem.n_answers and data.n_tasks == mem.n_tasks
+    dist = fit_distributed(make_estimator("crh", max_iter=3, tol=0.0), data)
+    ref = make_estimator("crh", max_iter=3, tol=0.0).fit(mem)
+    np.testing.assert_allclose(dist.truths_, ref.truths_, rtol=1e-9)
+    assert dist.truths_.index.equals(ref.truths_.index)
