@@ -23,6 +23,7 @@ from .._base import Estimator
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import EPS, DawidSkene
+from ..gtm import GTM
 from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
@@ -318,6 +319,38 @@ def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None
     )
 
 
+def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
+    start = passes.run(_shard.gtm_start, (est.delta0, est.delta2, est.standardize))
+    n_u, n_outliers = _total(start, 0), _total(start, 1)
+    var = np.ones(data.n_workers)
+    prior_prec = 1.0 / est.sigma0_sq
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        stats = passes.run(_shard.gtm_pass, (var, est.mu0, prior_prec))
+        sq_sum = _total(stats, 0)
+        var = (2 * est.beta + sq_sum) / (2 * (est.alpha + 1) + n_u)
+        objective.append(est._log_posterior(float(_total(stats, 1)), var, sq_sum, n_u))
+        # ||mu - mu_old||_2 / max(||mu_old||_2, 1e-12), from the shards' sums of squares.
+        change = np.sqrt(float(_total(stats, 2))) / max(np.sqrt(float(_total(stats, 3))), 1e-12)
+        if change < est.tol:
+            converged = True
+            break
+    passes.run(_shard.gtm_finish)
+    tasks, truth, _ = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        weight=1.0 / var,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"variance": var, "n_outliers": n_outliers.astype(np.int64)},
+    )
+
+
 def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
     def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
         passes.run(fn)
@@ -335,6 +368,7 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     LatentClass: ("lc", _fit_lc),
     CRH: ("crh", _fit_loss_weighted),
     CATD: ("catd", _fit_loss_weighted),
+    GTM: ("gtm", _fit_gtm),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
 }
@@ -363,7 +397,7 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, Mean, Median), with
+        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median), with
         ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first

@@ -384,3 +384,39 @@ def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tup
 def lc_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
     mu = prev[0]
     return ((mu >= 0.5).astype(np.int64), np.column_stack([1.0 - mu, mu])), None
+
+
+def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    """GTM: the per-task preprocessing (median, outliers, scale), exact because every task is
+    whole here, then the kept claims standardised; per-worker claim and outlier counts."""
+    from typing import cast
+
+    from ...answers import Answers
+    from ..gtm import GTM
+
+    delta0, delta2, standardize = params
+    model = GTM(delta0=delta0, delta2=delta2, standardize=standardize)
+    median, scale, keep = model._preprocess(cast(Answers, shard))
+    t, w = shard.task[keep], shard.worker[keep]
+    z = (shard.value[keep] - median[t]) / scale[t]
+    has_claims = np.bincount(t, minlength=shard.n_tasks) > 0
+    mu = np.zeros(shard.n_tasks)
+    n_u = np.bincount(w, minlength=shard.n_workers)
+    n_outliers = np.bincount(shard.worker[~keep], minlength=shard.n_workers)
+    return (mu, t, w, z, median, scale, has_claims), (n_u, n_outliers)
+
+
+def gtm_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
+    var, mu0, prior_prec = params
+    mu, t, w, z, median, scale, has_claims = prev[0]
+    num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, shard.n_tasks)
+    new = (mu0 * prior_prec + num) / (prior_prec + den)
+    ones = np.ones(shard.n_tasks)
+    sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, shard.n_workers)
+    sums = (float(((new - mu0) ** 2).sum()), float(((new - mu) ** 2).sum()), float((mu**2).sum()))
+    return (new, t, w, z, median, scale, has_claims), (sq_sum, *sums)
+
+
+def gtm_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    mu, _t, _w, _z, median, scale, has_claims = prev[0]
+    return np.where(has_claims, mu * scale + median, median), None
