@@ -401,3 +401,41 @@ def test_missing_cells_error_by_default_and_drop_as_in_memory(files, client, tmp
     ref = make_estimator("crh").fit(mem)
     np.testing.assert_allclose(dist.truths_, ref.truths_, rtol=1e-9)
     assert dist.truths_.index.equals(ref.truths_.index)
+
+
+GOLD_CASES = [
+    ("cat", "mv", {}),
+    ("cat", "wv", {"max_iter": 4}),
+    ("cat", "ds", {"max_iter": 5, "tol": 0.0}),
+    ("cat", "one-coin-ds", {"max_iter": 5, "tol": 0.0}),
+    ("cat", "crh", {"max_iter": 4}),
+    ("bin", "lc", {"max_iter": 5, "tol": 0.0}),
+    ("num", "median", {}),
+    ("num", "crh", {"max_iter": 4, "tol": 0.0}),
+    ("num", "gtm", {}),
+]
+
+
+@pytest.mark.parametrize(("kind", "method", "params"), GOLD_CASES)
+def test_gold_truths_fix_the_same_tasks_as_in_memory(kind, method, params, files, ingested):
+    frame = files[f"{kind}_frame"]
+    tasks = pd.unique(frame["task"])[::7]
+    if kind == "num":
+        gold = pd.Series(np.linspace(0.0, 20.0, len(tasks)), index=tasks)
+    else:  # a label other than the majority's, where the gold changes something
+        gold = pd.Series(frame.groupby("task")["answer"].min().loc[tasks].to_numpy(), index=tasks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator(method, **params).fit(Answers.from_frame(frame), gold=gold)
+        dist = fit_distributed(make_estimator(method, **params), ingested(kind, 3), gold=gold)
+    _assert_same(mem, dist, numeric=kind == "num")
+    # GTM maps a gold truth through its per-task standardisation and back: equal to round-off.
+    np.testing.assert_allclose(dist.truths_.loc[tasks].to_numpy(float), gold.to_numpy(float))
+
+
+def test_gold_naming_an_unknown_task_or_label_is_one_line(ingested):
+    data = ingested("cat", 3)
+    with pytest.raises(ValidationError, match="1 task"):
+        fit_distributed(make_estimator("mv"), data, gold={"no-such-task": 0})
+    with pytest.raises(ValidationError, match="outside the answer domain"):
+        fit_distributed(make_estimator("mv"), data, gold={"t0": 99})

@@ -8,6 +8,7 @@ work is in :mod:`._shard` and calls the in-memory kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -425,10 +426,6 @@ def fit_distributed(
             f"{', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without --engine "
             "dask)."
         )
-    if gold is not None:
-        raise ValidationError(
-            "Gold truths are not supported on a Dask cluster yet. Fit in memory to use them."
-        )
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
             f"On a Dask cluster {type(estimator).__name__} breaks ties with tie_break='first' "
@@ -439,12 +436,53 @@ def fit_distributed(
             raise ValidationError(
                 "These answers are already ingested; pass no client, partitions or read options."
             )
-        return _fit(estimator, source)
+        return _fit(estimator, source, gold)
     with connect(client=client) as cl:
-        return _fit(estimator, ingest(source, cl, partitions=partitions, **read))
+        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold)
 
 
-def _fit(estimator: Estimator, data: DistributedAnswers) -> Estimator:
+def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
+    """The answers with gold truths set in every shard (checked as ``Gold.encode`` checks
+    them); the gold goes to every worker once, each shard keeps its own tasks' part."""
+    series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
+    if series.empty:
+        return data
+    if series.index.has_duplicates:
+        dup = series.index[series.index.duplicated()][0]
+        raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
+    if series.isna().any():
+        raise ValidationError(
+            f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
+            "Drop it or fill it."
+        )
+    values: np.ndarray
+    if data.labels is not None:
+        values = data.labels.get_indexer(pd.Index(series.to_numpy()))
+        if (values < 0).any():
+            bad = series[values < 0].iloc[:3].tolist()
+            raise ValidationError(
+                f"gold has label(s) {bad} outside the answer domain {list(data.labels)}. "
+                "Declare them with labels=... or fix the values."
+            )
+    else:
+        try:
+            values = series.to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("gold truths for numeric answers must be numbers.") from exc
+    client = data.client
+    [shared] = client.scatter([(pd.Index(series.index), values)], broadcast=True, hash=False)
+    outs = [client.submit(_shard.with_gold, s, shared, pure=False) for s in data.shards]
+    found = sum(gather(client, [client.submit(_shard.second, o, pure=False) for o in outs]))
+    if found < len(series):
+        raise ValidationError(
+            f"gold names {len(series) - found} task(s) with no answers. Pass only tasks that "
+            "appear in the answers."
+        )
+    shards = [client.submit(_shard.first, o, pure=False) for o in outs]
+    return dataclasses.replace(data, shards=shards)
+
+
+def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Estimator:
     if data.kind not in estimator.kinds:
         raise ValidationError(
             f"{type(estimator).__name__} takes {' or '.join(estimator.kinds)} answers; these are "
@@ -455,6 +493,8 @@ def _fit(estimator: Estimator, data: DistributedAnswers) -> Estimator:
         delattr(estimator, name)
     estimator._warm = None
     _, driver = _DRIVERS[type(estimator)]
+    if gold is not None:
+        data = _with_gold(data, gold)
     driver(estimator, data, _Passes(data))
     # warm_state_ reads the answers' task and label order, which _set_results was given.
     estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))

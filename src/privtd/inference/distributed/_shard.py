@@ -162,7 +162,10 @@ class Shard:
         self.n_workers = n_workers
         self.n_labels = n_labels
         self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
+        # Gold truths (set by with_gold): label codes, -1 where none (the kernels' encoding),
+        # and for numeric answers the values, NaN where none.
         self.gold = np.full(self.n_tasks, -1, dtype=np.int64)
+        self.gold_value: np.ndarray | None = None
         self._sorted: SortedByTask | None = None
 
     @property
@@ -181,6 +184,49 @@ class Shard:
         k = int(self.n_labels or 0)
         wx = self.worker.astype(np.int64) * k + self.value
         return wx.astype(np.int32) if self.n_workers * k < 2**31 else wx
+
+
+def with_gold(shard: Shard, gold: tuple[pd.Index, np.ndarray]) -> tuple[Shard, int]:
+    """A copy of the shard (sharing its arrays) with the gold truths of its own tasks, and how
+    many of the given tasks it holds (the client checks that every one was found)."""
+    import copy
+
+    ids, values = gold
+    out = copy.copy(shard)
+    where = ids.get_indexer(shard.task_ids)  # per local task, its row in the gold, or -1
+    has = where >= 0
+    out.gold = np.full(shard.n_tasks, -1, dtype=np.int64)
+    if shard.n_labels is not None:
+        out.gold[has] = values[where[has]]
+    else:
+        out.gold[has] = 0  # marks the task; the value is in gold_value
+        out.gold_value = np.full(shard.n_tasks, np.nan)
+        out.gold_value[has] = values[where[has]]
+    return out, int(has.sum())
+
+
+def first(out: tuple[Any, Any]) -> Any:
+    return out[0]
+
+
+def _fix_labels(shard: Shard, truth: np.ndarray) -> np.ndarray:
+    fixed = shard.gold >= 0
+    truth[fixed] = shard.gold[fixed]
+    return truth
+
+
+def _fix_rows(shard: Shard, proba: np.ndarray) -> np.ndarray:
+    fixed = shard.gold >= 0
+    if fixed.any():
+        proba[fixed] = np.eye(proba.shape[1])[shard.gold[fixed]]
+    return proba
+
+
+def _fix_values(shard: Shard, truth: np.ndarray) -> np.ndarray:
+    if shard.gold_value is not None:
+        fixed = shard.gold >= 0
+        truth[fixed] = shard.gold_value[fixed]
+    return truth
 
 
 def build_shard(n_workers: int, n_labels: int | None, *pieces: Piece) -> Shard:
@@ -226,14 +272,16 @@ def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
 def mv_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     """MajorityVote: vote shares, ties to the smallest label, each worker's agreement count."""
     proba = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, int(shard.n_labels or 0)))
-    truth = proba.argmax(axis=1)
+    truth = _fix_rows(shard, proba).argmax(axis=1)
     agree = _kernels.agreement(shard.task, shard.worker, shard.value, truth, shard.n_workers)
     return (truth, proba), agree
 
 
 def soft_start(shard: Shard) -> np.ndarray:
-    """The EM start of DawidSkene and OneCoinDawidSkene: label frequencies per task."""
-    return shares(vote_matrix(shard.task, shard.value, shard.n_tasks, int(shard.n_labels or 0)))
+    """The EM start of DawidSkene and OneCoinDawidSkene: label frequencies per task, gold rows
+    one-hot."""
+    k = int(shard.n_labels or 0)
+    return _fix_rows(shard, shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)))
 
 
 def ds_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
@@ -267,7 +315,8 @@ def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> An
 
 def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     k = int(shard.n_labels or 0)
-    truth = vote_matrix(shard.task, shard.value, shard.n_tasks, k).argmax(axis=1)
+    votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
+    truth = _fix_labels(shard, votes.argmax(axis=1))
     matches = _kernels.agreement(shard.task, shard.worker, shard.value, truth, shard.n_workers)
     return truth, matches
 
@@ -282,7 +331,7 @@ def wv_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[An
 def wv_finish(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
     k = int(shard.n_labels or 0)
     votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
-    return (prev[0], softmax_rows(votes)), None
+    return (prev[0], _fix_rows(shard, softmax_rows(votes))), None
 
 
 def _zero_one_loss(shard: Shard, truth: np.ndarray) -> np.ndarray:
@@ -294,7 +343,7 @@ def lw_cat_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     """LossWeightedEstimator (CRH, CATD) on labels: majority vote, then each worker's 0-1 loss."""
     k = int(shard.n_labels or 0)
     votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
-    truth = votes.argmax(axis=1)
+    truth = _fix_labels(shard, votes.argmax(axis=1))
     return (truth, votes), (_zero_one_loss(shard, truth), 0)
 
 
@@ -302,7 +351,7 @@ def lw_cat_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tupl
     truth = prev[0][0]
     k = int(shard.n_labels or 0)
     votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
-    new = votes.argmax(axis=1)
+    new = _fix_labels(shard, votes.argmax(axis=1))
     changed = int((new != truth).sum())
     return (new, votes), (_zero_one_loss(shard, new), changed)
 
@@ -317,7 +366,7 @@ def lw_num_start(shard: Shard, _: Any, params: tuple[str, bool, bool]) -> tuple[
     spread (CRH's normalisation), then each worker's loss."""
     init, normalize_by_std, squared = params
     t, x, n_t = shard.task, shard.value, shard.n_tasks
-    truth = shard.sorted.median() if init == "median" else task_mean(t, x, n_t)
+    truth = _fix_values(shard, shard.sorted.median() if init == "median" else task_mean(t, x, n_t))
     inv_scale = np.ones(n_t)
     if normalize_by_std:
         n_q = np.maximum(np.bincount(t, minlength=n_t), 1)
@@ -339,6 +388,7 @@ def lw_num_pass(
         new = weighted_mean_from_sums(num, den, t, x, n_t)
     else:
         new = shard.sorted.weighted_median(weight[w])
+    new = _fix_values(shard, new)
     change = largest_change(new, truth)
     loss = _kernels.worker_loss(t, w, x, new, inv_scale, squared, shard.n_workers)
     return (new, inv_scale), (loss, change)
@@ -349,11 +399,11 @@ def lw_num_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any
 
 
 def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    return task_mean(shard.task, shard.value, shard.n_tasks), None
+    return _fix_values(shard, task_mean(shard.task, shard.value, shard.n_tasks)), None
 
 
 def median_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    return shard.sorted.median(), None
+    return _fix_values(shard, shard.sorted.median()), None
 
 
 def lc_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
@@ -361,6 +411,7 @@ def lc_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     from ..latent_class import LatentClass
 
     mu = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, 2))[:, 1]
+    mu = _fix_labels(shard, mu)  # gold codes 0 / 1 are the posteriors of the positive class
     x = shard.value.astype(np.float64)
     return mu, (LatentClass.m_sums(mu, shard.task, shard.worker, x, shard.n_workers), mu.sum())
 
@@ -375,7 +426,7 @@ def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tup
     log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, shard.n_tasks)
     logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
     loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
-    new = expit(logit)
+    new = _fix_labels(shard, expit(logit))
     change = float(np.max(np.abs(new - prev[0]), initial=0.0))
     sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
     return new, (sums, new.sum(), loglik, change)
@@ -401,22 +452,28 @@ def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
     z = (shard.value[keep] - median[t]) / scale[t]
     has_claims = np.bincount(t, minlength=shard.n_tasks) > 0
     mu = np.zeros(shard.n_tasks)
+    gold_z = None
+    if shard.gold_value is not None and (shard.gold >= 0).any():
+        gold_z = (shard.gold_value - median) / scale  # NaN off the gold tasks
     n_u = np.bincount(w, minlength=shard.n_workers)
     n_outliers = np.bincount(shard.worker[~keep], minlength=shard.n_workers)
-    return (mu, t, w, z, median, scale, has_claims), (n_u, n_outliers)
+    return (mu, t, w, z, median, scale, has_claims, gold_z), (n_u, n_outliers)
 
 
 def gtm_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
     var, mu0, prior_prec = params
-    mu, t, w, z, median, scale, has_claims = prev[0]
+    mu, t, w, z, median, scale, has_claims, gold_z = prev[0]
     num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, shard.n_tasks)
     new = (mu0 * prior_prec + num) / (prior_prec + den)
+    if gold_z is not None:
+        fixed = shard.gold >= 0
+        new[fixed] = gold_z[fixed]
     ones = np.ones(shard.n_tasks)
     sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, shard.n_workers)
     sums = (float(((new - mu0) ** 2).sum()), float(((new - mu) ** 2).sum()), float((mu**2).sum()))
-    return (new, t, w, z, median, scale, has_claims), (sq_sum, *sums)
+    return (new, t, w, z, median, scale, has_claims, gold_z), (sq_sum, *sums)
 
 
 def gtm_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    mu, _t, _w, _z, median, scale, has_claims = prev[0]
+    mu, _t, _w, _z, median, scale, has_claims, _g = prev[0]
     return np.where(has_claims, mu * scale + median, median), None
