@@ -349,8 +349,8 @@ def test_a_worker_killed_mid_fit_stops_the_fit_with_one_line(files):
 
     from privtd.errors import PrivtdError
 
-    with connect(workers=2) as cl:
-        data = ingest(files["cat"], cl, partitions=4)
+    with connect(workers=1) as cl:
+        data = ingest(files["cat"], cl, partitions=2)
         victim = sorted(cl.scheduler_info()["workers"])[0]
         pid = cl.run(os.getpid, workers=[victim])[victim]
         est = make_estimator("ds", max_iter=8, tol=0.0)
