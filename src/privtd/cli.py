@@ -171,7 +171,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("answers", type=click.Path(dir_okay=False))
+@click.argument("answers", type=click.Path())
 @click.option(
     "--method",
     "-m",
@@ -258,6 +258,30 @@ def cli() -> None:
     default=None,
     help="Show a progress bar over iterations (default: when stderr is a terminal).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["memory", "dask"]),
+    default="memory",
+    show_default=True,
+    help="'dask': fit on a Dask cluster (pip install 'privtd[dask]'); ANSWERS may then be a "
+    "directory or a glob of Parquet/CSV files. See docs/scale.md.",
+)
+@click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    help="With --engine dask: a running `dask scheduler` (default: a cluster on this machine).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="With --engine dask and no --scheduler: worker processes to start (default: one per "
+    "core).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    help="With --engine dask: number of shards (default: about 5e6 answers each).",
+)
 def infer(
     answers: str,
     method: str | None,
@@ -278,13 +302,16 @@ def infer(
     gold: str | None,
     param: tuple[str, ...],
     progress: bool | None,
+    engine: str,
+    scheduler: str | None,
+    workers: int | None,
+    partitions: int | None,
 ) -> None:
     """Infer each task's truth and each worker's quality from ANSWERS (CSV or Parquet)."""
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    data = Answers.from_path(
-        answers,
+    read: dict[str, Any] = dict(
         task=task_col,
         worker=worker_col,
         answer=answer_col,
@@ -294,6 +321,28 @@ def infer(
         single_task=single_task,
         single_worker=single_worker,
     )
+    data: Any
+    if engine == "dask":
+        from .inference import distributed
+
+        if method is not None and method not in distributed.DISTRIBUTED_METHODS:
+            raise ValidationError(
+                f"Method {method!r} does not run on a Dask cluster yet; these do: "
+                f"{', '.join(distributed.DISTRIBUTED_METHODS)}. Leave out --engine dask."
+            )
+        files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
+        client = click.get_current_context().with_resource(
+            distributed.connect(scheduler=scheduler, workers=workers)
+        )
+        data = distributed.ingest(files, client, partitions=partitions, **read)
+    else:
+        if scheduler or workers or partitions:
+            raise ValidationError("--scheduler, --workers and --partitions need --engine dask.")
+        if Path(answers).is_dir():
+            raise ValidationError(
+                f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
+            )
+        data = Answers.from_path(answers, **read)
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
     params = _parse_params(param)
@@ -326,7 +375,10 @@ def infer(
     start = time.perf_counter()
     with _progress(show, f"{method}") as tick:
         estimator.progress = tick
-        estimator.fit(data, gold=gold_series)
+        if engine == "dask":
+            distributed.fit_distributed(estimator, data, gold=gold_series)
+        else:
+            estimator.fit(data, gold=gold_series)
     elapsed = time.perf_counter() - start
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:

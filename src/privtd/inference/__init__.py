@@ -16,6 +16,7 @@ from .aware_null import AwareNull
 from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
+from .distributed import DISTRIBUTED_METHODS, fit_distributed
 from .gtm import GTM
 from .latent_class import LatentClass
 from .majority_vote import MajorityVote
@@ -53,6 +54,8 @@ __all__ = [
     "NO_AWARE_METHOD",
     "aware_method",
     "make_estimator",
+    "fit_distributed",
+    "DISTRIBUTED_METHODS",
 ]
 
 METHODS: dict[str, type[Estimator]] = {

@@ -110,7 +110,9 @@ class GTM(Estimator):
                 new[gold.index] = gold_z
             sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, n_w)
             var = (2 * self.beta + sq_sum) / (2 * (self.alpha + 1) + n_u)
-            objective.append(self._log_posterior(new, var, sq_sum, n_u))
+            objective.append(
+                self._log_posterior(float(((new - self.mu0) ** 2).sum()), var, sq_sum, n_u)
+            )
             change = np.linalg.norm(new - mu) / max(float(np.linalg.norm(mu)), 1e-12)
             mu = new
             if change < self.tol:
@@ -129,10 +131,11 @@ class GTM(Estimator):
         )
 
     def _log_posterior(
-        self, mu: np.ndarray, var: np.ndarray, sq_sum: np.ndarray, n_u: np.ndarray
+        self, mu_dev: float, var: np.ndarray, sq_sum: np.ndarray, n_u: np.ndarray
     ) -> float:
+        """The log posterior from ``mu_dev = sum_q (mu_q - mu0)^2`` and per-worker sums."""
         # Per-worker sums make this O(workers + tasks), not another pass over the answers.
         like = -0.5 * (n_u @ np.log(var) + (sq_sum / var).sum())
-        prior_mu = -0.5 * ((mu - self.mu0) ** 2).sum() / self.sigma0_sq
+        prior_mu = -0.5 * mu_dev / self.sigma0_sq
         prior_var = (-(self.alpha + 1) * np.log(var) - self.beta / var).sum()
         return float(like + prior_mu + prior_var)

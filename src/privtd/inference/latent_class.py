@@ -90,15 +90,30 @@ class LatentClass(Estimator):
         self, mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_w: int
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """Per-worker sensitivity and specificity, and the class prior, from posteriors ``mu``."""
+        return self.m_finish(self.m_sums(mu, t, w, x, n_w), float(mu.mean()))
+
+    @staticmethod
+    def m_sums(mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_w: int) -> np.ndarray:
+        """The M-step's per-worker sums, rows: posterior mass on the positive class, on the
+        negative one, positive answers weighted by the first, negative ones by the second
+        (sums over answers, so a cluster adds them up shard by shard)."""
         m = mu[t]
-        pos = np.bincount(w, weights=m, minlength=n_w)
-        neg = np.bincount(w, weights=1.0 - m, minlength=n_w)
-        sens = np.bincount(w, weights=m * x, minlength=n_w) / np.maximum(pos, 1e-300)
-        spec = np.bincount(w, weights=(1.0 - m) * (1.0 - x), minlength=n_w) / np.maximum(
-            neg, 1e-300
+        return np.stack(
+            [
+                np.bincount(w, weights=m, minlength=n_w),
+                np.bincount(w, weights=1.0 - m, minlength=n_w),
+                np.bincount(w, weights=m * x, minlength=n_w),
+                np.bincount(w, weights=(1.0 - m) * (1.0 - x), minlength=n_w),
+            ]
         )
+
+    def m_finish(self, sums: np.ndarray, mu_mean: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Sensitivity, specificity and prior from :meth:`m_sums` and the mean posterior."""
+        pos, neg, pos_x, neg_x = sums
+        sens = pos_x / np.maximum(pos, 1e-300)
+        spec = neg_x / np.maximum(neg, 1e-300)
         lo, hi = self.eta, 1.0 - self.eta
-        return np.clip(sens, lo, hi), np.clip(spec, lo, hi), float(np.clip(mu.mean(), lo, hi))
+        return np.clip(sens, lo, hi), np.clip(spec, lo, hi), float(np.clip(mu_mean, lo, hi))
 
     @staticmethod
     def e_step_sums(

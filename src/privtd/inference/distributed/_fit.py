@@ -1,0 +1,501 @@
+"""The client's half of each estimator on a cluster: one pass over the shards per iteration.
+
+Each driver follows its estimator's in-memory ``_fit`` step for step, with the same start,
+updates, stopping rule and fitted attributes; where the in-memory loop sums over all answers,
+it sums the shards' per-worker statistics here, in partition order, in float64. The per-shard
+work is in :mod:`._shard` and calls the in-memory kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from ...answers import Answers
+from ...errors import ValidationError
+from .. import _kernels
+from .._base import Estimator
+from ..catd import CATD
+from ..crh import CRH
+from ..dawid_skene import EPS, DawidSkene
+from ..gtm import GTM
+from ..latent_class import LatentClass
+from ..majority_vote import MajorityVote
+from ..mean_median import Mean, Median
+from ..one_coin_dawid_skene import OneCoinDawidSkene
+from ..weighted_vote import WeightedVote
+from . import _shard
+from ._cluster import connect, gather
+from ._ingest import DistributedAnswers, ingest
+
+#: Params bigger than this (bytes) are scattered to every worker once per iteration rather
+#: than embedded in each shard's task.
+_SCATTER_BYTES = 1_000_000
+
+
+@dataclass
+class _Coded:
+    """What ``Estimator._set_results`` reads of the answers, for a fit on a cluster."""
+
+    tasks: pd.Index
+    workers: pd.Index
+    labels: pd.Index | None
+    n_answers: int
+    counts: np.ndarray
+    notes: tuple[str, ...]
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    def worker_counts(self) -> np.ndarray:
+        return self.counts
+
+
+class _Passes:
+    """Runs one pass of a per-shard function over every shard and gathers the statistics."""
+
+    def __init__(self, data: DistributedAnswers) -> None:
+        self.data = data
+        self.client = data.client
+        self.outs: list[Any] = [None] * data.n_partitions
+
+    def run(self, fn: Callable[..., Any], params: Any = None) -> list[Any]:
+        """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
+        the statistics come back in partition order."""
+        submit = self.client.submit
+        if _nbytes(params) > _SCATTER_BYTES:
+            [params] = self.client.scatter([params], broadcast=True, hash=False)
+        backend = _kernels.get_backend()
+        self.outs = [
+            submit(_on_shard, fn, backend, shard, out, params, pure=False)
+            for shard, out in zip(self.data.shards, self.outs, strict=True)
+        ]
+        return gather(self.client, [submit(_shard.second, o, pure=False) for o in self.outs])
+
+    def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
+        """The per-task results, gathered once and put in the in-memory order of tasks."""
+        parts = gather(
+            self.client,
+            [
+                self.client.submit(_shard.results, s, o, pure=False)
+                for s, o in zip(self.data.shards, self.outs, strict=True)
+            ],
+        )
+        ids = parts[0]["ids"].append([p["ids"] for p in parts[1:]])
+        order = np.argsort(np.concatenate([p["first_row"] for p in parts]), kind="stable")
+        truth = np.concatenate([p["truth"] for p in parts])[order]
+        proba = None
+        if parts[0]["proba"] is not None:
+            proba = np.concatenate([p["proba"] for p in parts])[order]
+        return pd.Index(ids.take(order), name="task"), truth, proba
+
+
+def _on_shard(fn: Callable[..., Any], backend: str, shard: Any, out: Any, params: Any) -> Any:
+    # A worker process runs the client's kernel backend, so both compute the same sums.
+    if _kernels.get_backend() != backend:
+        _kernels.set_backend(backend)
+    if backend == "numba" and _kernels.numba.get_num_threads() != 1:
+        # Shards are the parallelism on a cluster (one process per core): numba's own threads
+        # in every worker would only fight over the same cores.
+        _kernels.numba.set_num_threads(1)
+    return fn(shard, out, params)
+
+
+def _nbytes(params: Any) -> int:
+    if isinstance(params, np.ndarray):
+        return int(params.nbytes)
+    if isinstance(params, tuple | list):
+        return sum(_nbytes(p) for p in params)
+    return 0
+
+
+def _total(stats: Sequence[Any], index: int | None = None) -> np.ndarray:
+    """The sum of the shards' arrays in partition order, in float64."""
+    acc: np.ndarray | None = None
+    for s in stats:
+        part = np.asarray(s if index is None else s[index], dtype=np.float64)
+        acc = part.copy() if acc is None else acc + part
+    assert acc is not None
+    return acc
+
+
+# ---------------------------------------------------------------------- drivers
+def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> None:
+    agree = _total(passes.run(_shard.mv_pass))
+    tasks, truth, proba = passes.collect()
+    est._set_results(
+        _coded(data, tasks), truth, proba=proba, worker_columns={"agreement": agree / data.counts}
+    )
+
+
+def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
+    n_t, n_w, k = data.n_tasks, data.n_workers, data.n_labels
+    start = passes.run(_shard.ds_start)
+    prior = _total(start, 1) / n_t
+    confusion = est._normalise(_total(start, 0), n_w, k)
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        stats = passes.run(_shard.ds_pass, (np.log(confusion), np.log(np.maximum(prior, EPS))))
+        objective.append(float(_total(stats, 2)) / data.n_answers)
+        prior = _total(stats, 1) / n_t
+        confusion = est._normalise(_total(stats, 0), n_w, k)
+        if n_iter > 1 and objective[-1] - objective[-2] < est.tol:
+            converged = True
+            break
+    tasks, truth, mu = passes.collect()
+    est.confusions_ = confusion.reshape(n_w, k, k)
+    est.priors_ = pd.Series(prior, index=data.labels, name="prior")
+    accuracy = (np.diagonal(est.confusions_, axis1=1, axis2=2) * prior).sum(axis=1)
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=mu,
+        weight=accuracy,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+    )
+
+
+def _fit_one_coin(est: OneCoinDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
+    n_t, k = data.n_tasks, data.n_labels
+    counts = data.counts
+    start = passes.run(_shard.one_coin_start)
+    prior = _total(start, 1) / n_t
+    skill = _total(start, 0) / counts
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        log_right, log_wrong = est._log_confusion(skill, k)
+        stats = passes.run(
+            _shard.one_coin_pass, (log_right, log_wrong, np.log(np.maximum(prior, EPS)))
+        )
+        objective.append(float(_total(stats, 2)) / data.n_answers)
+        prior = _total(stats, 1) / n_t
+        skill = _total(stats, 0) / counts
+        if n_iter > 1 and objective[-1] - objective[-2] < est.tol:
+            converged = True
+            break
+    tasks, truth, mu = passes.collect()
+    est.priors_ = pd.Series(prior, index=data.labels, name="prior")
+    log_right, log_wrong = est._log_confusion(skill, k)
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=mu,
+        weight=skill,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"log_odds": log_right - log_wrong},
+    )
+
+
+def _fit_wv(est: WeightedVote, data: DistributedAnswers, passes: _Passes) -> None:
+    k, counts = data.n_labels, data.counts
+    matches = _total(passes.run(_shard.wv_start))
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    weight = np.zeros(data.n_workers)
+    accuracy = weight
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        accuracy = (matches + est.smoothing / k) / (counts + est.smoothing)
+        p = np.clip(accuracy, est.eta, 1.0 - est.eta)
+        weight = np.log((k - 1) * p / (1.0 - p))
+        stats = passes.run(_shard.wv_pass, weight)
+        matches = _total(stats, 0)
+        objective.append(float(_total(stats, 1)))
+        if int(_total(stats, 2)) <= est.tol:
+            converged = True
+            break
+    passes.run(_shard.wv_finish, weight)
+    tasks, truth, proba = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=proba,
+        weight=weight,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"accuracy": accuracy},
+    )
+
+
+def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passes) -> None:
+    """CRH and CATD (``LossWeightedEstimator``): the weight step on the client from the summed
+    per-worker losses, the truth step and the next losses in one pass over the shards."""
+    categorical = data.is_categorical
+    squared = est.numeric_loss == "squared"
+    if categorical:
+        start = passes.run(_shard.lw_cat_start)
+    else:
+        start = passes.run(_shard.lw_num_start, (est.init, est.normalize_by_std, squared))
+    loss = _total(start, 0)
+    objective: list[float] = []
+    converged = False
+    weight = np.ones(data.n_workers)
+    n_iter = 0
+    stats: list[Any] = []
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        if n_iter > 1:  # the losses of the truths the last pass found
+            loss = _total(stats, 0)
+        weight = est._weights(loss, data.counts)
+        objective.append(float(weight @ loss))
+        if categorical:
+            stats = passes.run(_shard.lw_cat_pass, weight)
+            stop = int(_total(stats, 1)) <= est.tol
+        else:
+            stats = passes.run(_shard.lw_num_pass, (weight, squared))
+            # The largest change over all tasks: the max of the shards' maxima.
+            stop = max(float(s[1]) for s in stats) < est.tol
+        if stop:
+            converged = True
+            break
+    passes.run(_shard.lw_cat_finish if categorical else _shard.lw_num_finish)
+    tasks, truth, proba = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=proba,
+        weight=weight,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"loss": loss},
+    )
+
+
+def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None:
+    if data.n_labels != 2:
+        raise ValidationError(
+            f"LatentClass is binary; these answers have {data.n_labels} labels. "
+            "Use DawidSkene (method 'ds') for more labels."
+        )
+    start = passes.run(_shard.lc_start)
+    sums, mean = _total(start, 0), float(_total(start, 1)) / data.n_tasks
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        stats = passes.run(_shard.lc_pass, est.m_finish(sums, mean))
+        objective.append(float(_total(stats, 2)))
+        sums, mean = _total(stats, 0), float(_total(stats, 1)) / data.n_tasks
+        if max(float(s[3]) for s in stats) < est.tol:
+            converged = True
+            break
+    sens, spec, prior = est.m_finish(sums, mean)
+    est.prior_ = prior
+    passes.run(_shard.lc_finish)
+    tasks, truth, proba = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        proba=proba,
+        weight=0.5 * (sens + spec),
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"sensitivity": sens, "specificity": spec},
+    )
+
+
+def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
+    start = passes.run(_shard.gtm_start, (est.delta0, est.delta2, est.standardize))
+    n_u, n_outliers = _total(start, 0), _total(start, 1)
+    var = np.ones(data.n_workers)
+    prior_prec = 1.0 / est.sigma0_sq
+    objective: list[float] = []
+    converged = False
+    n_iter = 0
+    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
+        est._tick(n_iter)
+        stats = passes.run(_shard.gtm_pass, (var, est.mu0, prior_prec))
+        sq_sum = _total(stats, 0)
+        var = (2 * est.beta + sq_sum) / (2 * (est.alpha + 1) + n_u)
+        objective.append(est._log_posterior(float(_total(stats, 1)), var, sq_sum, n_u))
+        # ||mu - mu_old||_2 / max(||mu_old||_2, 1e-12), from the shards' sums of squares.
+        change = np.sqrt(float(_total(stats, 2))) / max(np.sqrt(float(_total(stats, 3))), 1e-12)
+        if change < est.tol:
+            converged = True
+            break
+    passes.run(_shard.gtm_finish)
+    tasks, truth, _ = passes.collect()
+    est._set_results(
+        _coded(data, tasks),
+        truth,
+        weight=1.0 / var,
+        n_iter=n_iter,
+        converged=converged,
+        objective=objective,
+        worker_columns={"variance": var, "n_outliers": n_outliers.astype(np.int64)},
+    )
+
+
+def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
+    def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
+        passes.run(fn)
+        tasks, truth, _ = passes.collect()
+        est._set_results(_coded(data, tasks), truth)
+
+    return fit
+
+
+_DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
+    MajorityVote: ("mv", _fit_mv),
+    WeightedVote: ("wv", _fit_wv),
+    DawidSkene: ("ds", _fit_ds),
+    OneCoinDawidSkene: ("one-coin-ds", _fit_one_coin),
+    LatentClass: ("lc", _fit_lc),
+    CRH: ("crh", _fit_loss_weighted),
+    CATD: ("catd", _fit_loss_weighted),
+    GTM: ("gtm", _fit_gtm),
+    Mean: ("mean", _fit_plain(_shard.mean_pass)),
+    Median: ("median", _fit_plain(_shard.median_pass)),
+}
+
+#: The methods (``privtd infer --method``) that run on a Dask cluster.
+DISTRIBUTED_METHODS: tuple[str, ...] = tuple(name for name, _ in _DRIVERS.values())
+
+
+def _coded(data: DistributedAnswers, tasks: pd.Index) -> Answers:
+    coded = _Coded(tasks, data.workers, data.labels, data.n_answers, data.counts, data.notes)
+    return cast(Answers, coded)
+
+
+def fit_distributed(
+    estimator: Estimator,
+    source: DistributedAnswers | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    client: Any = None,
+    partitions: int | None = None,
+    gold: Any = None,
+    **read: Any,
+) -> Estimator:
+    """Fit ``estimator`` on a Dask cluster; the same fitted attributes as ``estimator.fit``.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
+        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median), with
+        ``tie_break="first"``.
+    source : DistributedAnswers, path, glob or list of paths
+        Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
+        (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
+    client : distributed.Client, optional
+        The cluster to use. Default: a LocalCluster on this machine for the call (one worker
+        process per core, 127.0.0.1 only, no dashboard). Ignored when ``source`` is ingested.
+    partitions : int, optional
+        Number of shards when ingesting here (default: about 5e6 answers each).
+    gold : not taken yet
+        Gold truths are not supported on a cluster yet; fit in memory to use them.
+
+    Each iteration is one pass: the client broadcasts the per-worker parameters, every shard
+    computes its tasks' posteriors (or truths) with the in-memory kernels and returns its
+    per-worker sufficient statistics and log-likelihood share, which the client sums in
+    partition order in float64. Per-task state never leaves its worker until the end. On data
+    that fits in memory the result equals ``estimator.fit`` on the concatenated files (labels
+    identical, numbers up to the round-off of summing in another order), for any partition
+    and worker count. See docs/scale.md.
+    """
+    entry = _DRIVERS.get(type(estimator))
+    if entry is None:
+        raise ValidationError(
+            f"{type(estimator).__name__} does not run on a Dask cluster yet; these methods do: "
+            f"{', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without --engine "
+            "dask)."
+        )
+    if getattr(estimator, "tie_break", "first") != "first":
+        raise ValidationError(
+            f"On a Dask cluster {type(estimator).__name__} breaks ties with tie_break='first' "
+            "only (a random tie-break would depend on the partitioning). Pass tie_break='first'."
+        )
+    if isinstance(source, DistributedAnswers):
+        if read or partitions is not None or client is not None:
+            raise ValidationError(
+                "These answers are already ingested; pass no client, partitions or read options."
+            )
+        return _fit(estimator, source, gold)
+    with connect(client=client) as cl:
+        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold)
+
+
+def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
+    """The answers with gold truths set in every shard (checked as ``Gold.encode`` checks
+    them); the gold goes to every worker once, each shard keeps its own tasks' part."""
+    series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
+    if series.empty:
+        return data
+    if series.index.has_duplicates:
+        dup = series.index[series.index.duplicated()][0]
+        raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
+    if series.isna().any():
+        raise ValidationError(
+            f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
+            "Drop it or fill it."
+        )
+    values: np.ndarray
+    if data.labels is not None:
+        values = data.labels.get_indexer(pd.Index(series.to_numpy()))
+        if (values < 0).any():
+            bad = series[values < 0].iloc[:3].tolist()
+            raise ValidationError(
+                f"gold has label(s) {bad} outside the answer domain {list(data.labels)}. "
+                "Declare them with labels=... or fix the values."
+            )
+    else:
+        try:
+            values = series.to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("gold truths for numeric answers must be numbers.") from exc
+    client = data.client
+    [shared] = client.scatter([(pd.Index(series.index), values)], broadcast=True, hash=False)
+    outs = [client.submit(_shard.with_gold, s, shared, pure=False) for s in data.shards]
+    found = sum(gather(client, [client.submit(_shard.second, o, pure=False) for o in outs]))
+    if found < len(series):
+        raise ValidationError(
+            f"gold names {len(series) - found} task(s) with no answers. Pass only tasks that "
+            "appear in the answers."
+        )
+    shards = [client.submit(_shard.first, o, pure=False) for o in outs]
+    return dataclasses.replace(data, shards=shards)
+
+
+def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Estimator:
+    if data.kind not in estimator.kinds:
+        raise ValidationError(
+            f"{type(estimator).__name__} takes {' or '.join(estimator.kinds)} answers; these are "
+            f"{data.kind}. Pick another method or recode the answers (kind=...)."
+        )
+    estimator._validate_params()
+    for name in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("_")]:
+        delattr(estimator, name)
+    estimator._warm = None
+    _, driver = _DRIVERS[type(estimator)]
+    if gold is not None:
+        data = _with_gold(data, gold)
+    driver(estimator, data, _Passes(data))
+    # warm_state_ reads the answers' task and label order, which _set_results was given.
+    estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
+    return estimator

@@ -1,0 +1,271 @@
+"""Ingest once: files -> globally coded answers, partitioned by task, kept on the workers."""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...answers import _check_choice
+from ...errors import ValidationError
+from . import _shard
+from ._cluster import gather
+
+#: Answers per shard the default partition count aims at (the issue's 1e6-1e7 range).
+SHARD_ANSWERS = 5_000_000
+
+_EXTENSIONS = (".parquet", ".pq", ".csv")
+
+
+def resolve_files(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The files of a source: one file, a directory (its Parquet and CSV files, recursively,
+    in sorted order), a glob pattern, or a list of any of these. Every file must exist and be
+    readable here (the workers read the same paths: on a cluster of several machines, a shared
+    filesystem)."""
+    items = [source] if isinstance(source, str | os.PathLike) else list(source)
+    if not items:
+        raise ValidationError("No answer files given. Pass a file, a directory or a glob.")
+    files: list[str] = []
+    for item in items:
+        text = os.fspath(item)
+        if os.path.isdir(text):
+            found = sorted(
+                str(p)
+                for p in Path(text).rglob("*")
+                if p.is_file()
+                and p.suffix.lower() in _EXTENSIONS
+                and not p.name.startswith((".", "_"))
+            )
+            if not found:
+                raise ValidationError(
+                    f"The directory {text!r} holds no .parquet, .pq or .csv file. Check the path."
+                )
+            files += found
+        elif glob.has_magic(text):
+            found = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+            if not found:
+                raise ValidationError(f"No file matches {text!r}. Check the pattern.")
+            files += found
+        else:
+            files.append(text)
+    for path in files:
+        if not os.path.exists(path):
+            raise ValidationError(f"No such file: {path!r}. Check the path.")
+        if not os.access(path, os.R_OK):
+            raise ValidationError(
+                f"Cannot read {path!r}: permission denied. Check its permissions."
+            )
+    return files
+
+
+def file_format(path: str) -> str:
+    return "parquet" if path.lower().endswith((".parquet", ".pq")) else "csv"
+
+
+@dataclass(eq=False)
+class DistributedAnswers:
+    """Answers coded once and held by a Dask cluster as shards, every task whole in one.
+
+    The cluster counterpart of :class:`privtd.Answers`: worker ids and labels are coded to
+    global integers (in the in-memory order: first appearance, labels sorted); the shards are
+    ``distributed.Future`` objects on the workers. Fit with
+    :func:`privtd.inference.fit_distributed`. Valid while its client is open.
+    """
+
+    client: Any
+    shards: list[Any]
+    workers: pd.Index
+    labels: pd.Index | None
+    n_answers: int
+    n_tasks: int
+    counts: np.ndarray
+    files: list[str]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def kind(self) -> str:
+        return "categorical" if self.labels is not None else "numeric"
+
+    @property
+    def is_categorical(self) -> bool:
+        return self.labels is not None
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    @property
+    def n_labels(self) -> int:
+        if self.labels is None:
+            raise ValidationError("n_labels is defined for categorical answers only.")
+        return len(self.labels)
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.shards)
+
+    def worker_counts(self) -> np.ndarray:
+        return self.counts
+
+    def __repr__(self) -> str:
+        return (
+            f"DistributedAnswers({self.n_answers} answers, {self.n_tasks} tasks, "
+            f"{self.n_workers} workers, {self.kind}, {self.n_partitions} partitions)"
+        )
+
+
+def ingest(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    client: Any,
+    *,
+    partitions: int | None = None,
+    task: str = "task",
+    worker: str = "worker",
+    answer: str = "answer",
+    kind: str = "auto",
+    on_duplicate: str = "error",
+    on_missing: str = "error",
+    single_task: str = "keep",
+    single_worker: str = "keep",
+) -> DistributedAnswers:
+    """Read answer files on the cluster, code them once and keep them there as shards.
+
+    Three steps, all run by the workers: each file is read and summarised (its worker ids and
+    labels); the client merges those into the global codes (the order the in-memory
+    :meth:`privtd.Answers.from_frame` gives the concatenated files) and broadcasts them; each
+    file is coded and split by a hash of the task id, and each shard gathers its pieces from
+    every file (the one shuffle, done once). Parameters as :meth:`privtd.Answers.from_frame`;
+    ``partitions`` is the number of shards (default: enough for about 5e6 answers each, and at
+    least one per worker thread).
+    """
+    _check_choice("kind", kind, ("auto", "categorical", "numeric"))
+    _check_choice("on_missing", on_missing, ("error", "drop"))
+    _check_choice("on_duplicate", on_duplicate, ("error", "first", "last", "majority", "mean"))
+    if on_duplicate != "error" or single_task != "keep" or single_worker != "keep":
+        raise ValidationError(
+            "The Dask engine takes on_duplicate='error', single_task='keep' and "
+            "single_worker='keep' only, for now. Clean the answers first, or fit in memory."
+        )
+    if partitions is not None and (
+        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
+    ):
+        raise ValidationError(f"partitions must be an int >= 1. Got {partitions!r}.")
+    if len({task, worker, answer}) < 3:
+        raise ValidationError(
+            f"The task, worker and answer columns must differ. Got {[task, worker, answer]}."
+        )
+    files = resolve_files(source)
+    submit = client.submit
+    frames = [
+        submit(_shard.read_file, path, file_format(path), (task, worker, answer), pure=False)
+        for path in files
+    ]
+    summaries = gather(client, [submit(_shard.summarise, f, kind, pure=False) for f in frames])
+    notes: list[str] = []
+    n_rows = np.array([s["n_rows"] for s in summaries], dtype=np.int64)
+    n_missing = sum(s["n_missing"] for s in summaries)
+    if n_rows.sum() == 0:
+        raise ValidationError(
+            "The answers are empty (0 rows). Pass at least one (task, worker, answer) row."
+        )
+    if n_missing:
+        i = next(i for i, s in enumerate(summaries) if s["n_missing"])
+        if on_missing == "error":
+            raise ValidationError(
+                f"{n_missing} row(s) have a missing task, worker or answer (first: {files[i]!r}, "
+                f"row {summaries[i]['first_missing']}). Fill them, or pass on_missing='drop' "
+                "(CLI: --on-missing drop)."
+            )
+        if n_missing == n_rows.sum():
+            raise ValidationError(
+                f"All {n_missing} rows have a missing task, worker or answer; nothing is left."
+            )
+        notes.append(f"dropped {n_missing} row(s) with a missing task, worker or answer")
+    numeric = _resolve_kind(kind, summaries)
+    workers = pd.Index(
+        pd.concat([pd.Series(s["workers"]) for s in summaries], ignore_index=True).unique(),
+        name="worker",
+    )
+    labels = None if numeric else _label_domain(summaries)
+    n_parts = partitions or max(
+        sum(client.nthreads().values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
+    )
+    offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
+    [shared] = client.scatter([(workers, labels)], broadcast=True, hash=False)
+    pieces = [
+        submit(_code, f, shared, n_parts, int(off), pure=False)
+        for f, off in zip(frames, offsets, strict=True)
+    ]
+    n_labels = None if labels is None else len(labels)
+    shards = [
+        submit(
+            _shard.build_shard,
+            len(workers),
+            n_labels,
+            *[submit(_shard.pick, pc, p, pure=False) for pc in pieces],
+            pure=False,
+        )
+        for p in range(n_parts)
+    ]
+    infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
+    del frames, pieces, shared  # the files' tables and pieces are freed once the shards exist
+    n_repeated = sum(i["n_repeated"] for i in infos)
+    if n_repeated:
+        t_id, w_code = next(i["example"] for i in infos if i["n_repeated"])
+        raise ValidationError(
+            f"{n_repeated} answer(s) repeat a (task, worker) pair (first: task {t_id!r}, worker "
+            f"{workers[w_code]!r}). Merge them before ingesting (the Dask engine takes "
+            "on_duplicate='error' only, for now), or fit in memory with --on-duplicate."
+        )
+    counts = np.zeros(len(workers), dtype=np.int64)
+    for info in infos:  # partition order: a fixed reduction order
+        counts += info["worker_counts"]
+    return DistributedAnswers(
+        client=client,
+        shards=shards,
+        workers=workers,
+        labels=labels,
+        n_answers=sum(i["n_answers"] for i in infos),
+        n_tasks=sum(i["n_tasks"] for i in infos),
+        counts=counts,
+        files=files,
+        notes=tuple(notes),
+    )
+
+
+def _code(frame: pd.DataFrame, shared: Any, n_parts: int, offset: int) -> list[_shard.Piece]:
+    workers, labels = shared
+    return _shard.code_and_split(frame, workers, labels, n_parts, offset)
+
+
+def _resolve_kind(kind: str, summaries: list[dict[str, Any]]) -> bool:
+    """True when the answers are numeric: as :meth:`privtd.Answers.from_frame` decides for one
+    table ('auto': float answers are numbers), over all files at once."""
+    if kind != "auto":
+        return kind == "numeric"
+    if any(s["is_float"] for s in summaries) and not all(s["is_float"] for s in summaries):
+        if all(s["is_numeric"] for s in summaries):
+            return True  # ints in some files, floats in others: their concatenation is float
+        raise ValidationError(
+            "The answer column holds numbers in some files and labels in others. Pass "
+            "kind='numeric' or kind='categorical' (CLI: --kind)."
+        )
+    return all(s["is_float"] for s in summaries)
+
+
+def _label_domain(summaries: list[dict[str, Any]]) -> pd.Index:
+    uniques = pd.Index(
+        pd.concat([pd.Series(s["labels"]) for s in summaries], ignore_index=True).unique()
+    )
+    try:
+        domain = uniques.sort_values()
+    except TypeError:  # mixed, unorderable labels keep their order of appearance
+        domain = uniques
+    return pd.Index(domain, name="label")

@@ -1,0 +1,479 @@
+"""What runs on a Dask worker: a shard of answers and each estimator's per-shard pass.
+
+A shard holds every answer of its tasks (the answers are partitioned by task), so everything
+per task (posteriors, truths, medians) is computed here exactly as the in-memory fit computes
+it, by the same kernels; only per-worker sums leave the shard. Task codes are local to the
+shard; worker and label codes are global, fixed once at ingest.
+
+Each pass is a plain function ``(shard, previous, params) -> (state, stats)``: ``state`` (the
+shard's per-task arrays) stays on the worker as the input of the next pass, ``stats`` (arrays
+of size ``n_workers`` or ``n_workers * K * K``) go to the client. Passes never change their
+inputs, so Dask can recompute any of them from its lineage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...answers import _code_dtype, _code_numeric
+from ...errors import SchemaError, ValidationError
+from .. import _kernels
+from .._ops import (
+    SortedByTask,
+    largest_change,
+    shares,
+    softmax_rows,
+    task_mean,
+    vote_matrix,
+    weighted_mean_from_sums,
+)
+
+Piece = dict[str, np.ndarray]
+
+
+# ---------------------------------------------------------------------- ingest, per file
+def read_file(path: str, fmt: str, columns: tuple[str, str, str]) -> pd.DataFrame:
+    """One file as a table of the three columns (ids read as strings from CSV, as
+    :meth:`privtd.Answers.from_csv` reads them)."""
+    from ...answers import _read_table
+
+    task, worker, answer = columns
+    try:
+        frame = _read_table(path, fmt, {"task": task, "worker": worker})
+    except PermissionError as exc:
+        raise ValidationError(
+            f"Cannot read {path!r}: {exc.strerror}. Check its permissions."
+        ) from None
+    except OSError as exc:
+        raise ValidationError(f"Cannot read {path!r} as {fmt}: {exc}. Check the file.") from None
+    except (TypeError, ValueError) as exc:  # pyarrow's errors on a file that is not Parquet
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError(f"Cannot read {path!r} as {fmt}: {exc}. Check the file.") from None
+    if answer not in frame.columns and answer == "answer" and "label" in frame.columns:
+        answer = "label"
+    wanted = [task, worker, answer]
+    missing = [c for c in wanted if c not in frame.columns]
+    if missing:
+        raise SchemaError(
+            f"{path!r} lacks column(s) {missing}: expected {wanted}, found "
+            f"{list(map(str, frame.columns))}. Rename the columns or map them (--task-col, ...)."
+        )
+    out = frame[wanted]
+    out.columns = pd.Index(["task", "worker", "answer"])
+    return out
+
+
+def summarise(frame: pd.DataFrame, kind: str) -> dict[str, Any]:
+    """What the client needs to code every file the same way: row and missing counts, the
+    worker ids and labels in order of first appearance (rows with a missing cell left out, as
+    :meth:`privtd.Answers.from_frame` leaves them out before it codes)."""
+    na = frame.isna().any(axis=1).to_numpy()
+    kept = frame[~na] if na.any() else frame
+    answer = kept["answer"]
+    want_labels = kind == "categorical" or (kind == "auto" and not _is_float(answer))
+    return {
+        "n_rows": len(frame),
+        "n_missing": int(na.sum()),
+        "first_missing": int(np.flatnonzero(na)[0]) if na.any() else -1,
+        "workers": pd.unique(kept["worker"]),
+        "labels": pd.unique(answer) if want_labels else None,
+        "is_float": _is_float(answer),
+        "is_numeric": bool(pd.api.types.is_numeric_dtype(answer.dtype))
+        and not pd.api.types.is_bool_dtype(answer.dtype),
+    }
+
+
+def _is_float(col: pd.Series) -> bool:
+    return bool(pd.api.types.is_float_dtype(col.dtype))
+
+
+def code_and_split(
+    frame: pd.DataFrame,
+    workers: pd.Index,
+    labels: pd.Index | None,
+    n_parts: int,
+    offset: int,
+) -> list[Piece]:
+    """Code one file's workers and answers against the global indexes and split its rows by
+    task into ``n_parts`` pieces (a task's hash picks its piece, so each task lands whole in
+    one shard whatever file its answers come from). Task ids stay raw: a shard codes them."""
+    keep = ~frame.isna().any(axis=1).to_numpy()
+    rows = np.flatnonzero(keep) + offset  # global row numbers: the order of first appearance
+    if not keep.all():
+        frame = frame[keep]
+    w_codes = workers.get_indexer(pd.Index(frame["worker"])).astype(_code_dtype(len(workers)))
+    if labels is None:
+        value, _, _ = _code_numeric(frame["answer"], None, "answer")
+    else:
+        value = labels.get_indexer(pd.Index(frame["answer"]))
+        value = value.astype(np.int8 if len(labels) <= 127 else np.int32)
+    tasks = frame["task"]
+    part = pd.util.hash_pandas_object(tasks, index=False).to_numpy() % np.uint64(n_parts)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n_parts + 1))
+    ids = tasks.to_numpy()
+    pieces = []
+    for p in range(n_parts):
+        sel = order[bounds[p] : bounds[p + 1]]
+        pieces.append(
+            {"task": ids[sel], "worker": w_codes[sel], "value": value[sel], "row": rows[sel]}
+        )
+    return pieces
+
+
+def pick(pieces: list[Piece], p: int) -> Piece:
+    return pieces[p]
+
+
+# ---------------------------------------------------------------------- the shard
+class Shard:
+    """Every answer of some tasks, sorted by task (stably, so each task's answers keep their
+    input order and per-task sums are bit-for-bit the in-memory ones).
+
+    Attributes
+    ----------
+    task : local task codes (sorted); worker, value : global worker and label codes (or floats)
+    task_ids : the original ids of the local tasks; first_row : each task's first global row
+    n_workers, n_labels : the global sizes (``n_labels`` is None for numeric answers)
+    """
+
+    def __init__(self, pieces: list[Piece], n_workers: int, n_labels: int | None) -> None:
+        ids = np.concatenate([p["task"] for p in pieces])
+        worker = np.concatenate([p["worker"] for p in pieces])
+        value = np.concatenate([p["value"] for p in pieces])
+        row = np.concatenate([p["row"] for p in pieces])
+        # Pieces come in file order and keep their rows' order, so rows ascend and factorize's
+        # order of first appearance is the in-memory one restricted to this shard.
+        codes, uniques = pd.factorize(ids, sort=False)
+        order = np.argsort(codes, kind="stable")
+        self.task = codes[order].astype(_code_dtype(len(uniques)))
+        self.worker = worker[order]
+        self.value = value[order]
+        self.n_tasks = len(uniques)
+        counts = np.bincount(self.task, minlength=self.n_tasks)
+        self.start = np.zeros(self.n_tasks + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.start[1:])
+        self.task_ids = pd.Index(uniques, name="task")
+        self.first_row = row[order][self.start[:-1]]
+        self.n_workers = n_workers
+        self.n_labels = n_labels
+        self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
+        # Gold truths (set by with_gold): label codes, -1 where none (the kernels' encoding),
+        # and for numeric answers the values, NaN where none.
+        self.gold = np.full(self.n_tasks, -1, dtype=np.int64)
+        self.gold_value: np.ndarray | None = None
+        self._sorted: SortedByTask | None = None
+
+    @property
+    def n_answers(self) -> int:
+        return int(self.task.shape[0])
+
+    @property
+    def sorted(self) -> SortedByTask:
+        """The answers sorted by (task, value), for medians; built on first use, then kept."""
+        if self._sorted is None:
+            self._sorted = SortedByTask(self.task, self.value, self.n_tasks)
+        return self._sorted
+
+    def wx(self) -> np.ndarray:
+        """Row of each answer in the confusion table: ``worker * K + answer`` (as DawidSkene)."""
+        k = int(self.n_labels or 0)
+        wx = self.worker.astype(np.int64) * k + self.value
+        return wx.astype(np.int32) if self.n_workers * k < 2**31 else wx
+
+
+def with_gold(shard: Shard, gold: tuple[pd.Index, np.ndarray]) -> tuple[Shard, int]:
+    """A copy of the shard (sharing its arrays) with the gold truths of its own tasks, and how
+    many of the given tasks it holds (the client checks that every one was found)."""
+    import copy
+
+    ids, values = gold
+    out = copy.copy(shard)
+    where = ids.get_indexer(shard.task_ids)  # per local task, its row in the gold, or -1
+    has = where >= 0
+    out.gold = np.full(shard.n_tasks, -1, dtype=np.int64)
+    if shard.n_labels is not None:
+        out.gold[has] = values[where[has]]
+    else:
+        out.gold[has] = 0  # marks the task; the value is in gold_value
+        out.gold_value = np.full(shard.n_tasks, np.nan)
+        out.gold_value[has] = values[where[has]]
+    return out, int(has.sum())
+
+
+def first(out: tuple[Any, Any]) -> Any:
+    return out[0]
+
+
+def _fix_labels(shard: Shard, truth: np.ndarray) -> np.ndarray:
+    fixed = shard.gold >= 0
+    truth[fixed] = shard.gold[fixed]
+    return truth
+
+
+def _fix_rows(shard: Shard, proba: np.ndarray) -> np.ndarray:
+    fixed = shard.gold >= 0
+    if fixed.any():
+        proba[fixed] = np.eye(proba.shape[1])[shard.gold[fixed]]
+    return proba
+
+
+def _fix_values(shard: Shard, truth: np.ndarray) -> np.ndarray:
+    if shard.gold_value is not None:
+        fixed = shard.gold >= 0
+        truth[fixed] = shard.gold_value[fixed]
+    return truth
+
+
+def build_shard(n_workers: int, n_labels: int | None, *pieces: Piece) -> Shard:
+    return Shard(list(pieces), n_workers, n_labels)
+
+
+def describe(shard: Shard) -> dict[str, Any]:
+    """Sizes, per-worker answer counts and the first repeated (task, worker) pair, if any."""
+    pair = shard.task.astype(np.int64) * shard.n_workers + shard.worker
+    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
+    example = None
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        example = (shard.task_ids[int(shard.task[i])], int(shard.worker[i]))
+    return {
+        "n_answers": shard.n_answers,
+        "n_tasks": shard.n_tasks,
+        "worker_counts": np.bincount(shard.worker, minlength=shard.n_workers),
+        "n_repeated": int(dup.sum()),
+        "example": example,
+    }
+
+
+def second(out: tuple[Any, Any]) -> Any:
+    return out[1]
+
+
+def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
+    """The shard's final per-task state with its task ids, for the client to assemble."""
+    state = out[0]
+    if isinstance(state, tuple):
+        truth, proba = state
+    elif state.ndim == 2:  # EM posteriors
+        truth, proba = state.argmax(axis=1), state
+    else:
+        truth, proba = state, None
+    return {"ids": shard.task_ids, "first_row": shard.first_row, "truth": truth, "proba": proba}
+
+
+# ---------------------------------------------------------------------- passes
+# Categorical states are (truth codes, probabilities) or the posteriors alone; numeric ones
+# the truths, or (truths, inverse scales).
+def mv_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    """MajorityVote: vote shares, ties to the smallest label, each worker's agreement count."""
+    proba = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, int(shard.n_labels or 0)))
+    truth = _fix_rows(shard, proba).argmax(axis=1)
+    agree = _kernels.agreement(shard.task, shard.worker, shard.value, truth, shard.n_workers)
+    return (truth, proba), agree
+
+
+def soft_start(shard: Shard) -> np.ndarray:
+    """The EM start of DawidSkene and OneCoinDawidSkene: label frequencies per task, gold rows
+    one-hot."""
+    k = int(shard.n_labels or 0)
+    return _fix_rows(shard, shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)))
+
+
+def ds_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    mu = soft_start(shard)
+    k = int(shard.n_labels or 0)
+    counts = _kernels.gather_scatter(shard.wx(), shard.task, mu, shard.n_workers * k)
+    return mu, (counts, mu.sum(axis=0))
+
+
+def ds_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, np.ndarray]) -> Any:
+    log_conf, log_prior = params
+    mu, counts, prior_sum, loglik = _kernels.ds_step(
+        shard.layout, shard.wx(), log_conf, log_prior, shard.gold
+    )
+    return mu, (counts, prior_sum, loglik)
+
+
+def one_coin_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    mu = soft_start(shard)
+    skill = _kernels.pick_sum(shard.task, shard.value, shard.worker, mu, shard.n_workers)
+    return mu, (skill, mu.sum(axis=0))
+
+
+def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> Any:
+    log_right, log_wrong, log_prior = params
+    mu, skill, prior_sum, loglik = _kernels.one_coin_step(
+        shard.layout, log_right, log_wrong, log_prior, shard.gold
+    )
+    return mu, (skill, prior_sum, loglik)
+
+
+def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    k = int(shard.n_labels or 0)
+    votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
+    truth = _fix_labels(shard, votes.argmax(axis=1))
+    matches = _kernels.agreement(shard.task, shard.worker, shard.value, truth, shard.n_workers)
+    return truth, matches
+
+
+def wv_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
+    new, matches, log_post, changed = _kernels.vote_step(
+        shard.layout, weight, prev[0], shard.gold, int(shard.n_labels or 0)
+    )
+    return new, (matches, log_post, changed)
+
+
+def wv_finish(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
+    k = int(shard.n_labels or 0)
+    votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
+    return (prev[0], _fix_rows(shard, softmax_rows(votes))), None
+
+
+def _zero_one_loss(shard: Shard, truth: np.ndarray) -> np.ndarray:
+    wrong = truth[shard.task] != shard.value
+    return np.bincount(shard.worker, weights=wrong, minlength=shard.n_workers)
+
+
+def lw_cat_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    """LossWeightedEstimator (CRH, CATD) on labels: majority vote, then each worker's 0-1 loss."""
+    k = int(shard.n_labels or 0)
+    votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
+    truth = _fix_labels(shard, votes.argmax(axis=1))
+    return (truth, votes), (_zero_one_loss(shard, truth), 0)
+
+
+def lw_cat_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
+    truth = prev[0][0]
+    k = int(shard.n_labels or 0)
+    votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
+    new = _fix_labels(shard, votes.argmax(axis=1))
+    changed = int((new != truth).sum())
+    return (new, votes), (_zero_one_loss(shard, new), changed)
+
+
+def lw_cat_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    truth, votes = prev[0]
+    return (truth, shares(votes)), None
+
+
+def lw_num_start(shard: Shard, _: Any, params: tuple[str, bool, bool]) -> tuple[Any, Any]:
+    """LossWeightedEstimator on numbers: the start (median or mean), each task's inverse answer
+    spread (CRH's normalisation), then each worker's loss."""
+    init, normalize_by_std, squared = params
+    t, x, n_t = shard.task, shard.value, shard.n_tasks
+    truth = _fix_values(shard, shard.sorted.median() if init == "median" else task_mean(t, x, n_t))
+    inv_scale = np.ones(n_t)
+    if normalize_by_std:
+        n_q = np.maximum(np.bincount(t, minlength=n_t), 1)
+        mean = np.bincount(t, weights=x, minlength=n_t) / n_q
+        var = np.bincount(t, weights=(x - mean[t]) ** 2, minlength=n_t) / n_q
+        inv_scale = 1.0 / np.maximum(np.sqrt(var), 1e-12)
+    loss = _kernels.worker_loss(t, shard.worker, x, truth, inv_scale, squared, shard.n_workers)
+    return (truth, inv_scale), (loss, 0.0)
+
+
+def lw_num_pass(
+    shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, bool]
+) -> tuple[Any, Any]:
+    weight, squared = params
+    truth, inv_scale = prev[0]
+    t, w, x, n_t = shard.task, shard.worker, shard.value, shard.n_tasks
+    if squared:
+        num, den = _kernels.weighted_task_sums(t, w, x, weight, n_t)
+        new = weighted_mean_from_sums(num, den, t, x, n_t)
+    else:
+        new = shard.sorted.weighted_median(weight[w])
+    new = _fix_values(shard, new)
+    change = largest_change(new, truth)
+    loss = _kernels.worker_loss(t, w, x, new, inv_scale, squared, shard.n_workers)
+    return (new, inv_scale), (loss, change)
+
+
+def lw_num_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    return prev[0][0], None
+
+
+def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    return _fix_values(shard, task_mean(shard.task, shard.value, shard.n_tasks)), None
+
+
+def median_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    return _fix_values(shard, shard.sorted.median()), None
+
+
+def lc_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
+    """LatentClass: the positive vote share per task, then the M-step's per-worker sums."""
+    from ..latent_class import LatentClass
+
+    mu = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, 2))[:, 1]
+    mu = _fix_labels(shard, mu)  # gold codes 0 / 1 are the posteriors of the positive class
+    x = shard.value.astype(np.float64)
+    return mu, (LatentClass.m_sums(mu, shard.task, shard.worker, x, shard.n_workers), mu.sum())
+
+
+def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
+    from scipy.special import expit
+
+    from ..latent_class import LatentClass
+
+    sens, spec, prior = params
+    t, w, x = shard.task, shard.worker, shard.value.astype(np.float64)
+    log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, shard.n_tasks)
+    logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
+    loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
+    new = _fix_labels(shard, expit(logit))
+    change = float(np.max(np.abs(new - prev[0]), initial=0.0))
+    sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
+    return new, (sums, new.sum(), loglik, change)
+
+
+def lc_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    mu = prev[0]
+    return ((mu >= 0.5).astype(np.int64), np.column_stack([1.0 - mu, mu])), None
+
+
+def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    """GTM: the per-task preprocessing (median, outliers, scale), exact because every task is
+    whole here, then the kept claims standardised; per-worker claim and outlier counts."""
+    from typing import cast
+
+    from ...answers import Answers
+    from ..gtm import GTM
+
+    delta0, delta2, standardize = params
+    model = GTM(delta0=delta0, delta2=delta2, standardize=standardize)
+    median, scale, keep = model._preprocess(cast(Answers, shard))
+    t, w = shard.task[keep], shard.worker[keep]
+    z = (shard.value[keep] - median[t]) / scale[t]
+    has_claims = np.bincount(t, minlength=shard.n_tasks) > 0
+    mu = np.zeros(shard.n_tasks)
+    gold_z = None
+    if shard.gold_value is not None and (shard.gold >= 0).any():
+        gold_z = (shard.gold_value - median) / scale  # NaN off the gold tasks
+    n_u = np.bincount(w, minlength=shard.n_workers)
+    n_outliers = np.bincount(shard.worker[~keep], minlength=shard.n_workers)
+    return (mu, t, w, z, median, scale, has_claims, gold_z), (n_u, n_outliers)
+
+
+def gtm_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
+    var, mu0, prior_prec = params
+    mu, t, w, z, median, scale, has_claims, gold_z = prev[0]
+    num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, shard.n_tasks)
+    new = (mu0 * prior_prec + num) / (prior_prec + den)
+    if gold_z is not None:
+        fixed = shard.gold >= 0
+        new[fixed] = gold_z[fixed]
+    ones = np.ones(shard.n_tasks)
+    sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, shard.n_workers)
+    sums = (float(((new - mu0) ** 2).sum()), float(((new - mu) ** 2).sum()), float((mu**2).sum()))
+    return (new, t, w, z, median, scale, has_claims, gold_z), (sq_sum, *sums)
+
+
+def gtm_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    mu, _t, _w, _z, median, scale, has_claims, _g = prev[0]
+    return np.where(has_claims, mu * scale + median, median), None

@@ -1,0 +1,441 @@
+"""Truth inference on a Dask cluster: the same answer as in memory, over processes and TCP.
+
+A LocalCluster of two worker processes (127.0.0.1, no dashboard) for most tests, and a
+scheduler and a worker started as separate processes (``python -m distributed.cli...``) for
+the ones that show the fit crossing a network connection.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("pyarrow")
+
+from privtd import Answers, datasets  # noqa: E402
+from privtd.cli import main  # noqa: E402
+from privtd.errors import ConvergenceWarning, ValidationError  # noqa: E402
+from privtd.inference import fit_distributed, make_estimator  # noqa: E402
+from privtd.inference.distributed import DISTRIBUTED_METHODS, connect, ingest  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+# Few iterations keep the suite fast; tol=0 makes both fits run all of them, so the whole
+# iteration path (not only the start) is compared. One test runs the default stopping rules.
+CATEGORICAL = {
+    "mv": {},
+    "wv": {"max_iter": 5},
+    "ds": {"max_iter": 6, "tol": 0.0},
+    "one-coin-ds": {"max_iter": 6, "tol": 0.0},
+    "crh": {"max_iter": 5},
+    "catd": {"max_iter": 5},
+}
+NUMERIC = {
+    "mean": {},
+    "median": {},
+    "crh": {"max_iter": 5, "tol": 0.0},
+    "catd": {"max_iter": 5, "tol": 0.0},
+    "gtm": {},
+}
+
+
+def _split(frame: pd.DataFrame, n: int) -> list[pd.DataFrame]:
+    return [frame.iloc[idx] for idx in np.array_split(np.arange(len(frame)), n)]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A categorical crowd in three Parquet files and a numeric one in three CSVs; a task's
+    answers are spread over several files (the rows are shuffled)."""
+    root = tmp_path_factory.mktemp("dist")
+    gen = np.random.default_rng(3)
+    cat, _, _ = datasets.make_categorical(
+        240, 30, 3, answers_per_task=5, accuracy=(0.3, 0.95), rng=1
+    )
+    frame = cat.to_frame().sample(frac=1.0, random_state=2).reset_index(drop=True)
+    frame["task"] = frame["task"].astype(str)
+    frame["worker"] = frame["worker"].astype(str)
+    (root / "cat").mkdir()
+    for i, part in enumerate(_split(frame, 3)):
+        part.to_parquet(root / "cat" / f"part-{i}.parquet", index=False)
+    two, _, _ = datasets.make_categorical(
+        200, 25, 2, answers_per_task=5, accuracy=(0.3, 0.95), rng=4
+    )
+    binary = two.to_frame().sample(frac=1.0, random_state=5).reset_index(drop=True)
+    (root / "bin").mkdir()
+    for i, part in enumerate(_split(binary, 2)):
+        part.to_parquet(root / "bin" / f"part-{i}.parquet", index=False)
+    n = 900
+    num = pd.DataFrame(
+        {
+            "task": [f"q{t}" for t in gen.integers(0, 150, n)],
+            "worker": [f"u{w}" for w in gen.integers(0, 25, n)],
+            "answer": gen.normal(10.0, 3.0, n),
+        }
+    ).drop_duplicates(["task", "worker"])
+    (root / "num").mkdir()
+    for i, part in enumerate(_split(num, 3)):
+        part.to_csv(root / "num" / f"part-{i}.csv", index=False)
+    return {
+        "root": root,
+        "cat": root / "cat",
+        "num": root / "num",
+        "cat_frame": frame,
+        "bin": root / "bin",
+        "bin_frame": binary,
+        "num_frame": pd.concat(
+            [pd.read_csv(p, dtype={"task": str, "worker": str}) for p in _csvs(root / "num")],
+            ignore_index=True,
+        ),
+    }
+
+
+def _csvs(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.csv"))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with connect(workers=2) as cl:
+        yield cl
+
+
+@pytest.fixture(scope="module")
+def ingested(client, files):
+    cache: dict[tuple[str, int], object] = {}
+
+    def get(kind: str, partitions: int):
+        if (kind, partitions) not in cache:
+            cache[kind, partitions] = ingest(files[kind], client, partitions=partitions)
+        return cache[kind, partitions]
+
+    return get
+
+
+def _both(method, params, frame, data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator(method, **params).fit(Answers.from_frame(frame))
+        dist = fit_distributed(make_estimator(method, **params), data)
+    return mem, dist
+
+
+def _assert_same(mem, dist, numeric):
+    assert dist.truths_.index.equals(mem.truths_.index)
+    if numeric:
+        np.testing.assert_allclose(dist.truths_, mem.truths_, rtol=1e-9, atol=0)
+    else:
+        assert dist.truths_.equals(mem.truths_)
+    assert dist.weights_.index.equals(mem.weights_.index)
+    assert list(dist.weights_.columns) == list(mem.weights_.columns)
+    # Per-worker sums taken shard by shard differ from one global sum by round-off only.
+    np.testing.assert_allclose(
+        dist.weights_.to_numpy(float), mem.weights_.to_numpy(float), rtol=1e-9, atol=1e-12
+    )
+    if mem.probas_ is None:
+        assert dist.probas_ is None
+    else:
+        assert dist.probas_.columns.equals(mem.probas_.columns)
+        np.testing.assert_allclose(dist.probas_, mem.probas_, rtol=0, atol=1e-9)
+    assert dist.n_iter_ == mem.n_iter_ and dist.converged_ == mem.converged_
+    np.testing.assert_allclose(dist.objective_, mem.objective_, rtol=1e-9)
+
+
+# Every method on 3 shards; the EM ones (and one vote) also on 1 and 7, one with empty shards.
+CASES = [(m, 3) for m in CATEGORICAL] + [
+    (m, p) for m in ("mv", "ds", "one-coin-ds") for p in (1, 7)
+]
+
+
+@pytest.mark.parametrize(("method", "partitions"), CASES)
+def test_same_labels_as_in_memory(method, partitions, files, ingested):
+    mem, dist = _both(method, CATEGORICAL[method], files["cat_frame"], ingested("cat", partitions))
+    _assert_same(mem, dist, numeric=False)
+
+
+@pytest.mark.parametrize(
+    ("method", "partitions"), [(m, 3) for m in NUMERIC] + [("crh", 1), ("crh", 7)]
+)
+def test_same_numbers_as_in_memory(method, partitions, files, ingested):
+    mem, dist = _both(method, NUMERIC[method], files["num_frame"], ingested("num", partitions))
+    _assert_same(mem, dist, numeric=True)
+
+
+@pytest.mark.parametrize("method", ["ds", "one-coin-ds"])
+def test_default_stopping_rule_stops_at_the_same_iteration(method, files, ingested):
+    mem, dist = _both(method, {}, files["cat_frame"], ingested("cat", 3))
+    assert mem.converged_ and mem.n_iter_ > 3
+    _assert_same(mem, dist, numeric=False)
+    if method == "ds":
+        np.testing.assert_allclose(dist.confusions_, mem.confusions_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(dist.priors_, mem.priors_, rtol=1e-9)
+
+
+@pytest.mark.parametrize("partitions", [1, 7])
+def test_latent_class_same_labels_as_in_memory(partitions, files, ingested):
+    params = {"max_iter": 6, "tol": 0.0}
+    mem, dist = _both("lc", params, files["bin_frame"], ingested("bin", partitions))
+    _assert_same(mem, dist, numeric=False)
+    assert dist.prior_ == pytest.approx(mem.prior_, rel=1e-9)
+    with pytest.raises(ValidationError, match="binary"):
+        fit_distributed(make_estimator("lc"), ingested("cat", 3))
+
+
+def test_crh_absolute_loss_uses_exact_per_task_weighted_medians(files, ingested):
+    params = {"loss": "absolute", "max_iter": 4, "tol": 0.0}
+    mem, dist = _both("crh", params, files["num_frame"], ingested("num", 3))
+    _assert_same(mem, dist, numeric=True)
+
+
+def test_a_task_split_over_files_lands_whole_in_one_shard(files, ingested):
+    data = ingested("cat", 7)
+    assert data.n_tasks == files["cat_frame"]["task"].nunique()  # no task counted twice
+    assert data.n_answers == len(files["cat_frame"])
+    counts = files["cat_frame"]["worker"].value_counts()
+    assert dict(zip(data.workers, data.counts, strict=True)) == counts.to_dict()
+
+
+def test_fit_distributed_reads_a_glob_and_starts_no_cluster_when_given_one(files, client):
+    pattern = str(files["num"] / "*.csv")
+    dist = fit_distributed(make_estimator("median"), pattern, client=client, partitions=2)
+    mem = make_estimator("median").fit(Answers.from_frame(files["num_frame"]))
+    np.testing.assert_allclose(dist.truths_, mem.truths_, rtol=1e-9)
+
+
+# ---------------------------------------------------------------------- refusals, bad input
+def test_other_methods_refuse_naming_the_distributed_ones(files, ingested):
+    with pytest.raises(ValidationError, match="raykar|Raykar") as info:
+        fit_distributed(make_estimator("raykar"), ingested("num", 3))
+    assert all(m in str(info.value) for m in DISTRIBUTED_METHODS)
+
+
+def test_missing_and_unreadable_files_are_one_line(files, client, tmp_path):
+    with pytest.raises(ValidationError, match="No such file"):
+        ingest(tmp_path / "absent.parquet", client)
+    with pytest.raises(ValidationError, match="No file matches"):
+        ingest(str(tmp_path / "*.parquet"), client)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(ValidationError, match="Cannot read"):
+        ingest(bad, client)
+
+
+def test_a_pair_repeated_across_files_is_an_error(files, client, tmp_path):
+    frame = files["cat_frame"]
+    frame.iloc[:50].to_parquet(tmp_path / "a.parquet", index=False)
+    frame.iloc[40:90].to_parquet(tmp_path / "b.parquet", index=False)
+    with pytest.raises(ValidationError, match="10 answer"):
+        ingest(tmp_path, client, partitions=3)
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "t.csv"
+    args = ["infer", str(files["cat"]), "-m", "ds", "-o", str(out), "--engine", "dask"]
+    code, _, err = run([*args, "--scheduler", f"tcp://127.0.0.1:{port}"], capsys)
+    assert code == 2 and "Cannot reach the Dask scheduler" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    code, _, err = run(["infer", str(tmp_path / "nope"), *args[2:]], capsys)
+    assert code == 2 and "No such file" in err and not out.exists()
+    code, _, err = run(args[:-2], capsys)  # a directory, in memory
+    assert code == 2 and "--engine dask" in err and not out.exists()
+    code, _, err = run([*args, "-m", "raykar"], capsys)
+    assert code == 2 and "one-coin-ds" in err and not out.exists()
+
+
+# ---------------------------------------------------------------------- across processes, TCP
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """A scheduler and a worker, each its own process, talking TCP on 127.0.0.1."""
+    folder = tmp_path_factory.mktemp("sched")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    common = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--no-dashboard"],
+        **common,
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", "1"]
+        + ["--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"]
+        + ["--local-directory", str(folder)],
+        **common,
+    )
+    try:
+        import distributed
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with distributed.Client(address, timeout="2s") as probe:
+                    probe.wait_for_workers(1, timeout=30)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield address
+    finally:
+        for proc in (worker, scheduler):  # nothing to save: no graceful shutdown needed
+            proc.kill()
+            proc.wait(timeout=20)
+
+
+def test_separate_scheduler_and_worker_processes_over_tcp(remote, files):
+    import distributed
+
+    with distributed.Client(remote, set_as_default=False) as cl:
+        [pid] = cl.run(os.getpid).values()
+        assert pid != os.getpid()  # the shards live in another process
+        [address] = cl.scheduler_info()["workers"]
+        assert address.startswith("tcp://127.0.0.1:")
+        data = ingest(files["cat"], cl, partitions=3)
+        mem, dist = _both("ds", CATEGORICAL["ds"], files["cat_frame"], data)
+    _assert_same(mem, dist, numeric=False)
+
+
+def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
+    remote, files, tmp_path, capsys
+):
+    both = pd.concat([pd.read_parquet(p) for p in sorted(files["cat"].glob("*.parquet"))])
+    both.to_csv(tmp_path / "all.csv", index=False)
+    outputs = {}
+    for engine in ("memory", "dask"):
+        out = tmp_path / f"{engine}.csv"
+        probas = tmp_path / f"{engine}-p.csv"
+        source = str(tmp_path / "all.csv") if engine == "memory" else str(files["cat"])
+        extra = ["--engine", "dask", "--scheduler", remote] if engine == "dask" else []
+        code, _, err = run(
+            ["infer", source, "-m", "one-coin-ds", "-o", str(out), "--probas-output", str(probas)]
+            + extra,
+            capsys,
+        )
+        assert code == 0, err
+        outputs[engine] = (pd.read_csv(out), pd.read_csv(probas))
+    assert outputs["dask"][0].equals(outputs["memory"][0])
+    np.testing.assert_allclose(outputs["dask"][1].iloc[:, 1:], outputs["memory"][1].iloc[:, 1:])
+
+
+def test_a_worker_killed_mid_fit_stops_the_fit_with_one_line(files):
+    """Dask has forgotten the earlier passes a lost shard's state came from, so the fit cannot
+    resume: it must stop with a PrivtdError, not hang or return a partial result."""
+    import signal
+
+    from privtd.errors import PrivtdError
+
+    with connect(workers=1) as cl:
+        data = ingest(files["cat"], cl, partitions=2)
+        victim = sorted(cl.scheduler_info()["workers"])[0]
+        pid = cl.run(os.getpid, workers=[victim])[victim]
+        est = make_estimator("ds", max_iter=8, tol=0.0)
+
+        def kill(n_iter, max_iter):
+            if n_iter == 3:
+                os.kill(pid, signal.SIGKILL)
+
+        est.progress = kill
+        with pytest.raises(PrivtdError, match="worker died") as info:
+            fit_distributed(est, data)
+        assert "\n" not in str(info.value)
+        assert "truths_" not in vars(est)
+
+
+def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
+    import urllib.error
+    import urllib.request
+
+    def sockets(dask_scheduler):
+        http = [s.getsockname() for s in dask_scheduler.http_server._sockets.values()]
+        return dask_scheduler.address, http
+
+    address, http = client.run_on_scheduler(sockets)
+    assert address.startswith("tcp://127.0.0.1:") and {h for h, _ in http} == {"127.0.0.1"}
+    assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])
+    # Its HTTP port answers health checks only: no dashboard page.
+    port = http[0][1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as page:
+        assert page.status == 200
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
+    assert info.value.code == 404
+
+
+def test_missing_cells_error_by_default_and_drop_as_in_memory(files, client, tmp_path):
+    frame = files["num_frame"].copy()
+    frame.loc[[5, 700], "answer"] = np.nan
+    for i, part in enumerate(_split(frame, 2)):
+        part.to_csv(tmp_path / f"p{i}.csv", index=False)
+    with pytest.raises(ValidationError, match="2 row"):
+        ingest(tmp_path, client)
+    data = ingest(tmp_path, client, partitions=3, on_missing="drop")
+    assert data.notes == ("dropped 2 row(s) with a missing task, worker or answer",)
+    mem = Answers.from_frame(frame, on_missing="drop")
+    assert data.n_answers == mem.n_answers and data.n_tasks == mem.n_tasks
+    dist = fit_distributed(make_estimator("crh"), data)
+    ref = make_estimator("crh").fit(mem)
+    np.testing.assert_allclose(dist.truths_, ref.truths_, rtol=1e-9)
+    assert dist.truths_.index.equals(ref.truths_.index)
+
+
+GOLD_CASES = [
+    ("cat", "mv", {}),
+    ("cat", "wv", {"max_iter": 4}),
+    ("cat", "ds", {"max_iter": 5, "tol": 0.0}),
+    ("cat", "one-coin-ds", {"max_iter": 5, "tol": 0.0}),
+    ("cat", "crh", {"max_iter": 4}),
+    ("bin", "lc", {"max_iter": 5, "tol": 0.0}),
+    ("num", "median", {}),
+    ("num", "crh", {"max_iter": 4, "tol": 0.0}),
+    ("num", "gtm", {}),
+]
+
+
+@pytest.mark.parametrize(("kind", "method", "params"), GOLD_CASES)
+def test_gold_truths_fix_the_same_tasks_as_in_memory(kind, method, params, files, ingested):
+    frame = files[f"{kind}_frame"]
+    tasks = pd.unique(frame["task"])[::7]
+    if kind == "num":
+        gold = pd.Series(np.linspace(0.0, 20.0, len(tasks)), index=tasks)
+    else:  # a label other than the majority's, where the gold changes something
+        gold = pd.Series(frame.groupby("task")["answer"].min().loc[tasks].to_numpy(), index=tasks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator(method, **params).fit(Answers.from_frame(frame), gold=gold)
+        dist = fit_distributed(make_estimator(method, **params), ingested(kind, 3), gold=gold)
+    _assert_same(mem, dist, numeric=kind == "num")
+    # GTM maps a gold truth through its per-task standardisation and back: equal to round-off.
+    np.testing.assert_allclose(dist.truths_.loc[tasks].to_numpy(float), gold.to_numpy(float))
+
+
+def test_gold_naming_an_unknown_task_or_label_is_one_line(ingested):
+    data = ingested("cat", 3)
+    with pytest.raises(ValidationError, match="1 task"):
+        fit_distributed(make_estimator("mv"), data, gold={"no-such-task": 0})
+    with pytest.raises(ValidationError, match="outside the answer domain"):
+        fit_distributed(make_estimator("mv"), data, gold={"t0": 99})
