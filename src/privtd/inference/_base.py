@@ -17,6 +17,25 @@ from ..errors import ConvergenceWarning, NotFittedError, ValidationError
 GoldLike = pd.Series | Mapping[Hashable, Any] | None
 
 
+def gold_series(gold: GoldLike) -> pd.Series | None:
+    """``gold`` as a Series of task -> truth (None if empty), checked: one finite truth per
+    task. Shared by the in-memory and the distributed fits."""
+    if gold is None:
+        return None
+    series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
+    if series.empty:
+        return None
+    if series.index.has_duplicates:
+        dup = series.index[series.index.duplicated()][0]
+        raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
+    if series.isna().any():
+        raise ValidationError(
+            f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
+            "Drop it or fill it."
+        )
+    return series
+
+
 class Gold:
     """Gold truths for some tasks, coded against one :class:`Answers`."""
 
@@ -28,19 +47,9 @@ class Gold:
 
     @classmethod
     def encode(cls, answers: Answers, gold: GoldLike) -> Gold | None:
-        if gold is None:
+        series = gold_series(gold)
+        if series is None:
             return None
-        series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
-        if series.empty:
-            return None
-        if series.index.has_duplicates:
-            dup = series.index[series.index.duplicated()][0]
-            raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
-        if series.isna().any():
-            raise ValidationError(
-                f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
-                "Drop it or fill it."
-            )
         index = answers.encode_tasks(series.index, "gold")
         if answers.is_categorical:
             value = answers.encode_labels(pd.Index(series.to_numpy()), "gold")

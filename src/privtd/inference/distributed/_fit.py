@@ -20,7 +20,7 @@ import pandas as pd
 from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
-from .._base import Estimator
+from .._base import Estimator, gold_series
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import EPS, DawidSkene
@@ -444,17 +444,9 @@ def fit_distributed(
 def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
     """The answers with gold truths set in every shard (checked as ``Gold.encode`` checks
     them); the gold goes to every worker once, each shard keeps its own tasks' part."""
-    series = gold if isinstance(gold, pd.Series) else pd.Series(dict(gold))
-    if series.empty:
+    series = gold_series(gold)
+    if series is None:
         return data
-    if series.index.has_duplicates:
-        dup = series.index[series.index.duplicated()][0]
-        raise ValidationError(f"gold names task {dup!r} twice. Give one truth per task.")
-    if series.isna().any():
-        raise ValidationError(
-            f"gold has a missing truth for task {series.index[series.isna().to_numpy()][0]!r}. "
-            "Drop it or fill it."
-        )
     values: np.ndarray
     if data.labels is not None:
         values = data.labels.get_indexer(pd.Index(series.to_numpy()))
