@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -439,6 +440,8 @@ def test_the_page_computes_the_same_epsilon_as_python():
     import subprocess
 
     if shutil.which("node") is None:
+        if os.environ.get("PRIVTD_TEST_NODE") == "require":
+            pytest.fail("Node.js is required here (.ci/run sets PRIVTD_TEST_NODE=require).")
         pytest.skip("Node.js is not installed")
     cases = [
         ("one-layer", {"epsilon": 1.3, "n_labels": 4}, ["a", "b", "c", "d"]),
