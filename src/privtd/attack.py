@@ -1,11 +1,11 @@
-"""The requester's best effort to recover workers' original answers from perturbed ones (SPEC
-C3b): the honest yardstick for mechanisms whose epsilon is per answer.
+"""The requester's best effort to recover workers' original answers from perturbed ones: the
+honest yardstick for mechanisms whose epsilon is per answer (docs/algorithms.md#measured-leakage).
 
-The attack runs signed truth discovery (the log-odds weighted vote, A10) on the perturbed
-answers. A worker who agrees with the aggregate significantly less than half the time most
-likely drew a two-layer flip probability above 1/2, so the attacker inverts its answers
-(binary), or takes the aggregate's label (more labels). Every other answer is taken as
-reported.
+The attack runs signed truth discovery (the log-odds weighted vote,
+docs/algorithms.md#weighted-vote) on the perturbed answers. A worker who agrees with the
+aggregate significantly less than half the time most likely drew a two-layer flip probability
+above 1/2, so the attacker inverts its answers (binary), or takes the aggregate's label (more
+labels). Every other answer is taken as reported.
 """
 
 from __future__ import annotations

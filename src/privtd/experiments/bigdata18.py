@@ -1,5 +1,5 @@
-"""P3 (BigData 2018, Section VI): MAE change of truth inference (Algorithm 1, SPEC A9) when
-workers perturb sparse answers with LP, RR, MF or the two-layer adaptation (SPEC B3.6).
+"""P3 (BigData 2018, Section VI): MAE change of truth inference (Algorithm 1) when
+workers perturb sparse answers with LP, RR, MF or the two-layer adaptation.
 
 MAE change = MAE of the truths inferred from perturbed answers minus that from the original
 answers, both against the ground truth.
@@ -35,7 +35,7 @@ COLUMNS = MECHANISMS + AWARE
 def synthetic(
     n_workers: int, n_tasks: int, sparsity: float, rng: np.random.Generator
 ) -> tuple[Answers, np.ndarray]:
-    """SPEC B3.6: truths N(0, 1); half the workers have error sd 1, half 5; answers rounded and
+    """P3 Sec. VI: truths N(0, 1); half the workers have error sd 1, half 5; answers rounded and
     clipped to 0..9; each worker leaves a random ``sparsity`` share of tasks NULL (>= 1 answer)."""
     mu = rng.standard_normal(n_tasks)
     sigma = np.where(rng.random(n_workers) < 0.5, 1.0, 5.0)
@@ -90,7 +90,7 @@ def _changes(
     means: bool = False,
     estimate: str = "map",
 ) -> dict[str, float]:
-    """MAE changes; with ``means``, also the mean inferred truth (SPEC B3.6 item 5)."""
+    """MAE changes; with ``means``, also the mean inferred truth (P3 Sec. VI's fifth trend)."""
     inferred = _infer(answers, gold)
     base = float(np.abs(inferred - truth).mean())
     out = {"mae_original": base}
@@ -164,7 +164,7 @@ def run(
         "seed": seed,
         "size": list(size),
         "d": d,
-        "inference": f"P3 Algorithm 1 (SPEC A9, method 'sigma'); aware_*: AwareNull "
+        "inference": f"P3 Algorithm 1 (method 'sigma'); aware_*: AwareNull "
         f"(estimate={aware_estimate})",
         "seconds": round(time.perf_counter() - start, 2),
     }

@@ -33,7 +33,7 @@ def _beyond_noise(table: pd.DataFrame, paired: str) -> str:
 
 
 def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
-    """SPEC B0.5, and each cell of Table 3 within 0.04 (issue 5)."""
+    """P0 Sec. 7's qualitative claims, and each cell of Table 3 within 0.04 (issue 5)."""
     out = []
     if vs_paper is not None:
         diffs = [c for c in vs_paper.columns if c.endswith("_diff")]
@@ -127,7 +127,7 @@ def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
 
 
 def ladp(table: pd.DataFrame, theorem4_epsilon: float) -> list[Check]:
-    """SPEC B4.3."""
+    """P4 Theorems 2-4 on synthetic crowds."""
     t4 = table[(table.setting == "theorem4") & (table.epsilon > theorem4_epsilon)]
     wins = int((t4.private_ds < t4.private_mv).sum())
     out = [
@@ -180,7 +180,7 @@ def ladp(table: pd.DataFrame, theorem4_epsilon: float) -> list[Check]:
 
 
 def icdcs20(table: pd.DataFrame) -> list[Check]:
-    """SPEC B1.7."""
+    """P1 Sec. 5, the synthetic study."""
     fig2 = table[table.figure == "fig2_crh"].sort_values("noise_level")
     near = fig2.iloc[(fig2.avg_noise - 1.0).abs().argmin()]
     out = [
@@ -247,7 +247,7 @@ def icdcs20(table: pd.DataFrame) -> list[Check]:
 
 
 def bigdata18(table: pd.DataFrame, real: pd.DataFrame | None) -> list[Check]:
-    """SPEC B3.6."""
+    """P3 Sec. VI's reported trends."""
     mechs = ["lp", "rr", "mf", "two_layer"]
     best = table[mechs].idxmin(axis=1)
     wins = int((best == "mf").sum())
@@ -353,7 +353,7 @@ def bigdata18(table: pd.DataFrame, real: pd.DataFrame | None) -> list[Check]:
 
 
 def dmkd14(table: pd.DataFrame) -> list[Check]:
-    """P2's experiments (SPEC B2): the secure computation does not hurt accuracy."""
+    """P2's experiments: the secure computation does not hurt accuracy."""
     same = bool(
         (table.same_truths == 1.0).all()
         and np.allclose(table.plain, table.secure, rtol=0, atol=1e-6)

@@ -1,6 +1,6 @@
 """P2 (DMKD 2014): does the secure protocol cost accuracy, and what does it cost in time and bytes?
 
-P2's experiments (SPEC B2, from the slides' outline; the tables themselves are not in our copy)
+P2's experiments (from the slides' outline; the tables themselves are not in our copy)
 check (a) that the approximation inside the secure computation, our fixed-point encoding, does
 not hurt accuracy, and (b) that the cryptographic overhead is practical. ``accuracy`` runs the
 secure EM and the plain EM on bundled datasets of each model; ``cost`` measures one EM iteration

@@ -1,4 +1,4 @@
-"""P1 (ICDCS 2020), the synthetic study (SPEC B1.7): each user draws a noise variance from an
+"""P1 (ICDCS 2020), the synthetic study (Section 5): each user draws a noise variance from an
 exponential with rate lambda2 = lambda1 / c and adds Gaussian noise of that variance to every
 claim; truth discovery runs on the perturbed claims. Utility is the MAE between the aggregates
 on original and on perturbed claims (not against ground truth), as in the paper.
@@ -30,8 +30,9 @@ NOISE_LEVELS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def lemma47_sensitivity(error_rate: float, beta1: float = 0.05, beta2: float = 0.05) -> float:
-    """SPEC Lemma 4.7-D [derived]: with probability (1 - beta1)(1 - beta2) two claims of a user
-    differ by at most ``2 sqrt(ln(1/beta1) ln(2/beta2) / lambda1)``."""
+    """P1's Lemma 4.7, derived (docs/algorithms.md#exp-gaussian-derived-results): with
+    probability (1 - beta1)(1 - beta2) two claims of a user differ by at most
+    ``2 sqrt(ln(1/beta1) ln(2/beta2) / lambda1)``."""
     return 2 * math.sqrt(math.log(1 / beta1) * math.log(2 / beta2) / error_rate)
 
 
@@ -110,7 +111,8 @@ def run(
     """Figures 2-5: MAE and average noise against the noise level with CRH (S = 150, lambda1 =
     1), the effect of lambda1 (0.5, 1, 2), of the number of users (50, 100, 150, 300), and GTM in
     place of CRH. ``epsilon_report`` is the exact per-report epsilon ``Delta sqrt(2 lambda2)``
-    with Delta from Lemma 4.7-D (both derived, SPEC B1.5)."""
+    with Delta from Lemma 4.7-D, privtd's replacement for P1's Lemma 4.7 (both derived:
+    docs/algorithms.md#exp-gaussian-derived-results)."""
     if not isinstance(trials, int) or trials < 2:
         raise ValidationError(f"trials must be an int >= 2. Got {trials!r}.")
     start = time.perf_counter()

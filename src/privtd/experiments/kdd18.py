@@ -1,13 +1,13 @@
 """P0's experiment (KDD 2018, Section 7, Tables 2-3): error-rate change of majority voting and
-truth discovery under the one-layer and two-layer mechanisms, against epsilon (SPEC B0.5).
+truth discovery under the one-layer and two-layer mechanisms, against epsilon.
 
-"TD" is the signed log-odds weighted vote (SPEC A10, C3 item 3); CRH-categorical is reported
-beside it, and privtd's perturbation-aware models told the mechanism: one-coin (``aware``) and
-Dawid-Skene (``aware_ds``). The error-rate change of a method is its error on perturbed answers
-minus its own error on the original answers, on the tasks with an expert truth, averaged over
-trials; ``aware_vs_td`` and ``aware_ds_vs_td`` are an aware model's error on perturbed answers
-minus TD's on the original ones, which compares it with TD on the perturbed answers alone, and
-``aware_minus_td`` and ``aware_ds_minus_td`` its error minus TD's on the same release, whose
+"TD" is the signed log-odds weighted vote (docs/algorithms.md#td-means-the-signed-weighted-vote);
+CRH-categorical is reported beside it, and privtd's perturbation-aware models told the mechanism:
+one-coin (``aware``) and Dawid-Skene (``aware_ds``). The error-rate change of a method is its error
+on perturbed answers minus its own error on the original answers, on the tasks with an expert truth,
+averaged over trials; ``aware_vs_td`` and ``aware_ds_vs_td`` are an aware model's error on perturbed
+answers minus TD's on the original ones, which compares it with TD on the perturbed answers alone,
+and ``aware_minus_td`` and ``aware_ds_minus_td`` its error minus TD's on the same release, whose
 standard error is the paired one: it says whether the two differ beyond the trials' noise.
 """
 
@@ -49,7 +49,7 @@ MECHANISMS: dict[str, type[OneLayerRR] | type[TwoLayerRR]] = {
     "two_layer": TwoLayerRR,
 }
 
-# P0 Table 3 (Duchenne Smile, SPEC B0.5): epsilon -> 1-layer MV, TD, 2-layer MV, TD.
+# P0 Table 3 (Duchenne Smile): epsilon -> 1-layer MV, TD, 2-layer MV, TD.
 PAPER_TABLE3 = {
     1.0: (0.1228, 0.0735, 0.1240, 0.0560),
     0.9: (0.1296, 0.0870, 0.1337, 0.0629),
@@ -261,7 +261,8 @@ def run(
         "n_truths": int(gold_index.size),
         "seconds": round(time.perf_counter() - start, 2),
         "jobs": jobs,
-        "td": "signed log-odds weighted vote (SPEC A10); crh is CRH-categorical (SPEC A2); "
+        "td": "signed log-odds weighted vote (docs/algorithms.md#weighted-vote); crh is "
+        "CRH-categorical (docs/algorithms.md#crh); "
         "aware is AwareOneCoin and aware_ds AwareDawidSkene told the mechanism (clean: the same "
         "model without one)",
     }
@@ -330,9 +331,10 @@ def error_change_distribution(
     samples: int = 200_000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """SPEC B0.4: the dominant error-change term ``A = prod_{u in U_imp} f_u`` with
-    ``f_u ~ U(0, b)`` iid (two-layer) against one-layer's ``(b / 2)^n``. Its mean equals the
-    one-layer value while its median is far smaller: a small change is likely (P0 Figure 1)."""
+    """P0 Sec. 6.2 (docs/algorithms.md#two-layer-utility-analysis): the dominant error-change
+    term ``A = prod_{u in U_imp} f_u`` with ``f_u ~ U(0, b)`` iid (two-layer) against
+    one-layer's ``(b / 2)^n``. Its mean equals the one-layer value while its median is far
+    smaller: a small change is likely (P0 Figure 1)."""
     rng = np.random.default_rng(seed)
     rows = []
     for b in bs:
@@ -354,7 +356,7 @@ def error_change_distribution(
 
 
 def product_density(a: np.ndarray, b: float, n: int) -> np.ndarray:
-    """``f_A(A) = (1 / b^n) (ln(b^n / A))^(n-1) / (n-1)!`` on ``(0, b^n]`` (SPEC B0.4)."""
+    """``f_A(A) = (1 / b^n) (ln(b^n / A))^(n-1) / (n-1)!`` on ``(0, b^n]`` (P0 Sec. 6.2)."""
     a = np.asarray(a, dtype=float)
     inside = (a > 0) & (a <= b**n)
     out = np.zeros_like(a)
@@ -366,7 +368,7 @@ def figures(out: Any, table: pd.DataFrame, fig2: pd.DataFrame, dist: pd.DataFram
     """Table 3 as one panel per mechanism (the aware models on TD's footing: their error on
     perturbed answers less TD's clean error), P0's Figure 2 as bars (each worker's weight before and
     after perturbation, with the flip probability it drew; beside it AwareDawidSkene's observed
-    accuracies) and SPEC B0.4's error-change term against the number of workers."""
+    accuracies) and P0 Sec. 6.2's error-change term against the number of workers."""
     try:
         import matplotlib
 

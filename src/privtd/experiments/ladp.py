@@ -1,8 +1,8 @@
 """P4 (Wang & Xu, local attribute DP): private Dawid-Skene against private majority vote.
 
-P4 has no experiments; these are SPEC B4.3's suggested synthetic tests plus the binary real
+P4 has no experiments; these are synthetic tests of its theory plus the binary real
 datasets: every user answers every task, perturbs each answer with binary randomized response
-at epsilon, and the server runs private majority vote (ties count as 1, SPEC A1) or private
+at epsilon, and the server runs private majority vote (ties count as 1, P4 Eq. 33) or private
 Dawid-Skene (B4.2). Beside them, privtd's perturbation-aware models told the mechanism:
 one-coin (``aware``) and Dawid-Skene (``aware_ds``).
 """
@@ -35,7 +35,7 @@ def expert_spammer_abilities(n: int, delta: float = 0.4) -> np.ndarray:
 
 
 def private_majority(answers: Answers) -> np.ndarray:
-    """``1(sum of perturbed answers >= n_q / 2)`` per task: ties go to 1 (SPEC A1, P4 Eq. 33)."""
+    """``1(sum of perturbed answers >= n_q / 2)`` per task: ties go to 1 (P4 Eq. 33)."""
     ones = np.bincount(answers.task, weights=answers.value, minlength=answers.n_tasks)
     return (ones >= answers.task_counts() / 2).astype(np.int64)
 

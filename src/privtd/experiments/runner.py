@@ -118,7 +118,7 @@ def run(
         written += report.write(out, fig2, facts, title, "figure2")
         dist = kdd18.error_change_distribution(seed=seed)
         written += report.write(
-            out, dist, facts, "SPEC B0.4: error-change term prod f_u", "error_change"
+            out, dist, facts, "P0 Sec. 6.2: error-change term prod f_u", "error_change"
         )
         written += kdd18.figures(out, table, fig2, dist)
         shown = table[["epsilon", *cols]]

@@ -1,4 +1,5 @@
-"""CATD: confidence-aware truth discovery for long-tail data (Li et al., VLDB 2014; SPEC A3)."""
+"""CATD: confidence-aware truth discovery for long-tail data (Li et al., PVLDB 2014;
+docs/algorithms.md#catd)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ._loss_weighted import LossWeightedEstimator
 
 
 class CATD(LossWeightedEstimator):
-    """CATD for numeric (squared residuals) or categorical (0-1 loss) answers (SPEC A3).
+    """CATD for numeric (squared residuals) or categorical (0-1 loss) answers.
 
     ``w_u = chi2.ppf(alpha / 2, |Q_u|) / (sum_q (x_uq - x*_q)^2 + 1e-9)``: ``1 / w_u`` is the upper
     end of a (1 - alpha) confidence interval for the worker's error variance, so workers with few

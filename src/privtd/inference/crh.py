@@ -1,4 +1,5 @@
-"""CRH: conflict resolution on heterogeneous data (Li et al., SIGMOD 2014; SPEC A2)."""
+"""CRH: conflict resolution on heterogeneous data (Li et al., SIGMOD 2014;
+docs/algorithms.md#crh)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ._loss_weighted import LossWeightedEstimator
 
 
 class CRH(LossWeightedEstimator):
-    """CRH truth discovery for categorical or numeric answers (SPEC A2).
+    """CRH truth discovery for categorical or numeric answers.
 
     Minimises ``sum_u w_u sum_q d(truth_q, x_uq)`` subject to ``sum_u exp(-w_u) = 1``, which gives
     ``w_u = log(sum_u' L_u' / L_u)``.
@@ -27,8 +28,8 @@ class CRH(LossWeightedEstimator):
     max_iter, tol : see :class:`LossWeightedEstimator` for the stopping rule.
     tie_break, rng : how tied weighted votes are broken (categorical).
 
-    Edge cases (SPEC A2): a loss of 0 is clamped to ``1e-12 * max(1, sum L)``; when every loss is
-    0 or every weight is 0 (one worker), weights fall back to 1.
+    Edge cases (the paper is silent): a loss of 0 is clamped to ``1e-12 * max(1, sum L)``; when
+    every loss is 0 or every weight is 0 (one worker), weights fall back to 1.
     """
 
     normalize_by_std = True

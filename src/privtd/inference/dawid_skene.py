@@ -1,4 +1,4 @@
-"""Dawid-Skene with full confusion matrices (Dawid & Skene 1979; SPEC A5)."""
+"""Dawid-Skene with full confusion matrices (Dawid & Skene 1979; docs/algorithms.md#dawid-skene)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def fix_gold(mu: np.ndarray, gold: Gold | None) -> np.ndarray:
 
 
 class DawidSkene(Estimator):
-    """EM for per-worker confusion matrices ``pi_u[k, l] = P(answer k | truth l)`` (SPEC A5).
+    """EM for per-worker confusion matrices ``pi_u[k, l] = P(answer k | truth l)``.
 
     Start: soft majority vote, the class prior from it, one M-step. Then E-step (posteriors in log
     space), prior update, M-step, until the change of the log-likelihood per answer is below

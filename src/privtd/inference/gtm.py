@@ -1,4 +1,5 @@
-"""GTM: the Gaussian truth model for real-valued truths (Zhao & Han, QDB 2012; SPEC A4)."""
+"""GTM: the Gaussian truth model for real-valued truths (Zhao & Han, QDB 2012;
+docs/algorithms.md#gtm)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ._ops import SortedByTask
 
 class GTM(Estimator):
     """Bayesian truth model: ``mu_q ~ N(mu0, sigma0^2)``, ``sigma_u^2 ~ InvGamma(alpha, beta)``,
-    ``x_uq ~ N(mu_q, sigma_u^2)``, fitted by EM on per-task standardised claims (SPEC A4).
+    ``x_uq ~ N(mu_q, sigma_u^2)``, fitted by EM on per-task standardised claims.
 
     Preprocessing, per task: centre on the median ``m_q``; drop claims with
     ``|x - m_q| / |m_q| > delta0`` (when ``m_q != 0``), then repeatedly drop claims with

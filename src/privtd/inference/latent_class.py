@@ -1,4 +1,5 @@
-"""The binary two-coin latent class model (Raykar et al. 2010 without features; SPEC A7).
+"""The binary two-coin latent class model (Raykar et al. 2010 without features;
+docs/algorithms.md#latent-class).
 
 P2's main model: the secure protocol splits exactly these E- and M-steps between parties.
 """
@@ -16,7 +17,7 @@ from ._ops import shares, vote_matrix
 
 class LatentClass(Estimator):
     """Two-coin model: sensitivity ``alpha_u = P(x=1 | y=1)``, specificity ``beta_u = P(x=0 | y=0)``
-    and prior ``p = P(y=1)`` (SPEC A7). The positive class is the second label in sorted order
+    and prior ``p = P(y=1)``. The positive class is the second label in sorted order
     (``1`` for 0/1 labels, ``True`` for booleans).
 
     Start: ``mu_q`` = fraction of positive votes. Then M-step, E-step
@@ -119,7 +120,8 @@ class LatentClass(Estimator):
     def e_step_sums(
         sens: np.ndarray, spec: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_t: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``log a_q`` and ``log b_q``: the sums the secure protocol computes (SPEC B2.1 step 3)."""
+        """``log a_q`` and ``log b_q``: the sums the secure protocol computes
+        (docs/algorithms.md#secure-protocol)."""
         a = x * np.log(sens)[w] + (1.0 - x) * np.log1p(-sens)[w]
         b = (1.0 - x) * np.log(spec)[w] + x * np.log1p(-spec)[w]
         return np.bincount(t, weights=a, minlength=n_t), np.bincount(t, weights=b, minlength=n_t)

@@ -1,4 +1,4 @@
-"""Majority vote (SPEC A1)."""
+"""Majority vote (docs/algorithms.md#majority-vote)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ._ops import argmax_ties, shares, vote_matrix
 
 
 class MajorityVote(Estimator):
-    """The most frequent answer per task (SPEC A1, P0 Eq. 1).
+    """The most frequent answer per task (P0 Eq. 1).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Per-task mean and median of numeric answers (SPEC A1)."""
+"""Per-task mean and median of numeric answers (docs/algorithms.md#mean-and-median)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One-coin Dawid-Skene: one accuracy per worker (SPEC A6)."""
+"""One-coin Dawid-Skene: one accuracy per worker (docs/algorithms.md#one-coin-dawid-skene)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .dawid_skene import EPS, gold_array, soft_majority
 
 class OneCoinDawidSkene(Estimator):
     """Dawid-Skene where worker ``u`` answers correctly with probability ``s_u`` and otherwise
-    uniformly among the other ``K - 1`` labels (SPEC A6, as crowd-kit's ``OneCoinDawidSkene``).
+    uniformly among the other ``K - 1`` labels (as crowd-kit's ``OneCoinDawidSkene``).
 
     M-step: ``s_u`` is the mean posterior mass of the labels the worker gave; confusion entries
     are clipped to ``[1e-10, 1 - 1e-10]``. The class prior is updated every iteration. Because the

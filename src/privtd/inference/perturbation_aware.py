@@ -26,7 +26,8 @@ Variational EM (derivation in ``docs/inference.md``):
 Sparse workers keep a posterior close to the population's; a worker with many answers gets its
 own accuracy. Weights are bounded by the channel: under one-layer RR at ``epsilon`` per answer no
 vote weighs more than ``epsilon``. Under two-layer with ``a`` near 0 and ``b`` near 1 a worker's
-observed accuracy may be below chance and its vote counts inverted (SPEC C3 item 3).
+observed accuracy may be below chance and its vote counts inverted
+(docs/algorithms.md#td-means-the-signed-weighted-vote).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Private Dawid-Skene under local attribute DP (Wang & Xu; SPEC B4.2, Algorithm 1)."""
+"""Private Dawid-Skene under local attribute DP (Wang & Xu, P4 Algorithm 1).
+
+Formulas and choices: docs/algorithms.md#private-dawid-skene.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from ._ops import shares, vote_matrix
 
 class PrivateDawidSkene(Estimator):
     """The server side of P4: binary one-coin EM on randomized-response answers, with projected
-    abilities, rescaled abilities and rounding (SPEC B4.2).
+    abilities, rescaled abilities and rounding (docs/algorithms.md#private-dawid-skene).
 
     For ``t = 1..max_iter``: ``p_u = clip(mean_q [x_uq y_q + (1 - x_uq)(1 - y_q)], projection,
     1 - projection)`` (Eq. 10, averaged over the tasks the worker answered), then
@@ -29,7 +32,8 @@ class PrivateDawidSkene(Estimator):
     epsilon : float > 0
         The per-answer epsilon of the binary randomized response that perturbed the answers.
     projection : float in (0, 0.5)
-        Projection interval for abilities; default 0.01 (SPEC B4.2's proposal).
+        Projection interval for abilities; default 0.01 (P4 leaves it open; its Eq. 16 interval is
+        often empty at realistic sizes).
     init : "mv" or array of shape (n_tasks,)
         The starting soft labels ``y^(0)``; default the soft majority vote on the perturbed answers.
     clip : bool

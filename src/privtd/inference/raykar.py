@@ -1,4 +1,5 @@
-"""Raykar et al.'s real-valued model without features, and P2's regularised variant (SPEC A8)."""
+"""Raykar et al.'s real-valued model without features, and P2's regularised variant
+(docs/algorithms.md#raykar)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ class Raykar(LossWeightedEstimator):
 
     With ``gamma`` (P2 appendix 1.2) the effective precision is
     ``lambda_u = 1 / (1/tau_u + 1/gamma)``, capped at ``gamma``; we set
-    ``lambda_u = min(1 / mean_sq_residual_u, gamma)`` (SPEC A8, our reading [U]), which also
-    handles workers with zero residual. Without ``gamma`` a zero residual is floored at 1e-12,
-    and unregularised ML can collapse onto one near-exact worker.
+    ``lambda_u = min(1 / mean_sq_residual_u, gamma)`` (our reading of P2;
+    docs/algorithms.md#raykar), which also handles workers with zero residual. Without
+    ``gamma`` a zero residual is floored at 1e-12, and unregularised ML can collapse onto one
+    near-exact worker.
 
     ``weights_["weight"]`` is the precision used in the truth step.
     """

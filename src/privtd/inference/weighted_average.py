@@ -1,5 +1,5 @@
 """P3's truth inference, Algorithm 1: weights inversely proportional to each worker's RMS error
-(SPEC A9)."""
+(docs/algorithms.md#p3-truth-inference)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Log-odds weighted voting, the truth-discovery form of P0's analysis (SPEC A10)."""
+"""Log-odds weighted voting, the truth-discovery form of P0's analysis
+(docs/algorithms.md#weighted-vote)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from .dawid_skene import gold_array
 
 
 class WeightedVote(Estimator):
-    """Weighted vote with weights ``w_u = log((K - 1) p_u / (1 - p_u))`` (SPEC A10, P0 Sec. 6.2).
+    """Weighted vote with weights ``w_u = log((K - 1) p_u / (1 - p_u))`` (P0 Sec. 6.2).
 
     ``p_u`` is the fraction of the worker's answers that match the current aggregate. Weights are
     signed: a worker who agrees less often than chance gets a negative weight, so their answers
     count against the label they gave. That is what lets truth discovery recover workers whose
-    two-layer flip probability exceeds 1/2 (SPEC C3 item 3).
+    two-layer flip probability exceeds 1/2 (docs/algorithms.md#td-means-the-signed-weighted-vote).
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
-"""P3's utility bounds for its three sparse mechanisms (SPEC B3.2-B3.4): expected MAE of the
-truth inferred by Algorithm 1 (A9) from perturbed answers. Workers ``i`` have weight ``q_i``,
-error sd ``sigma_i`` and answered fraction ``s_i``; tasks ``j`` have truth ``mu_j``; the answer
-domain is the integer grid ``Gamma``."""
+"""P3's utility bounds for its three sparse mechanisms (docs/algorithms.md#p3-error-bounds):
+expected MAE of the truth inferred by P3's Algorithm 1 from perturbed answers. Workers ``i`` have
+weight ``q_i``, error sd ``sigma_i`` and answered fraction ``s_i``; tasks ``j`` have truth
+``mu_j``; the answer domain is the integer grid ``Gamma``."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def rr_error_bound(
     low: int = 0,
     high: int = 9,
 ) -> float:
-    """P3 Theorem 3, with the answer law a normal pmf renormalised over ``Gamma`` (SPEC B3.3:
+    """P3 Theorem 3, with the answer law a normal pmf renormalised over ``Gamma`` (privtd's choice:
     the paper's 3.551 is matched by 3.545 this way, 3.437 with the raw density)."""
     q, sigma, s, mu = (np.asarray(a, dtype=float) for a in (q, sigma, s, mu))
     grid = _grid(low, high)

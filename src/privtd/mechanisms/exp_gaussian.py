@@ -238,7 +238,8 @@ class ExpGaussian(CellMechanism):
         return self.grid_log_pmf(a) - self.grid_log_pmf(a + self.n_steps)
 
     def delta_if_variance_revealed(self, epsilon: float) -> float:
-        """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (SPEC B1.5, 2).
+        """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (derived;
+        docs/algorithms.md#exp-gaussian).
 
         Computed for the continuous Gaussian: on the grid it is an approximation of the discrete
         Gaussian's profile, which Canonne, Kamath and Steinke (NeurIPS 2020) show to be close.
@@ -256,8 +257,9 @@ class ExpGaussian(CellMechanism):
         return float(min(1.0, max(0.0, value)))
 
     def paper_style_epsilon(self, delta_g: float, delta_v: float) -> float:
-        """Derived (SPEC B1.5 Theorem 4.8-D, not the paper's constants): with ``delta = delta_g +
-        delta_v``, ``epsilon = Delta sqrt(2 ln(1.25 / delta_g) rate / ln(1 / (1 - delta_v)))``."""
+        """Derived (docs/algorithms.md#exp-gaussian-derived-results, not P1's constants): with
+        ``delta = delta_g + delta_v``,
+        ``epsilon = Delta sqrt(2 ln(1.25 / delta_g) rate / ln(1 / (1 - delta_v)))``."""
         for name, value in (("delta_g", delta_g), ("delta_v", delta_v)):
             if not 0 < value < 1:
                 raise ValidationError(f"{name} must be in (0, 1). Got {value}.")

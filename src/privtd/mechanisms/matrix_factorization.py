@@ -1,4 +1,5 @@
-"""P3's matrix-factorisation perturbation (Sun et al., BigData 2018, Algorithm 2; SPEC B3.4).
+"""P3's matrix-factorisation perturbation (Sun et al., BigData 2018, Algorithm 2;
+docs/algorithms.md#matrix-factorisation).
 
 The requester publishes task profiles ``V`` (d x n, every column with l1 norm <= 1), chosen
 independently of the answers. Each worker privately draws ``eta ~ Lap(|Gamma| / eps)^d``,
@@ -29,7 +30,8 @@ Solver = Literal["lstsq", "ridge", "gd"]
 
 def task_profiles(n_tasks: int, d: int = 10, rng: RNGLike = None) -> np.ndarray:
     """The requester's public ``V``: entries U(0, 1), each column rescaled to l1 norm 1
-    (SPEC C3 item 4). Drawn independently of the answers, as the guarantee requires."""
+    (docs/algorithms.md#mf-parameters). Drawn independently of the answers, as the guarantee
+    requires."""
     if n_tasks < 1 or d < 1:
         raise ValidationError(f"task_profiles needs n_tasks >= 1 and d >= 1. Got {n_tasks}, {d}.")
     v = check_rng(rng).random((d, n_tasks))
@@ -38,7 +40,7 @@ def task_profiles(n_tasks: int, d: int = 10, rng: RNGLike = None) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class MFPerturbation(ScoreDomain):
-    """Objective perturbation of a worker's latent profile (SPEC B3.4).
+    """Objective perturbation of a worker's latent profile (P3 Algorithm 2).
 
     Guarantee (P3 Theorem 4, as the paper states it)
         ``epsilon = |Gamma| / scale`` per cell. The proof assumes a unique minimiser (at least

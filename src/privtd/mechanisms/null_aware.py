@@ -1,6 +1,7 @@
 """P3's mechanisms for sparse answers, which protect whether a worker answered a task too:
 every cell of the worker's row over all tasks is perturbed, NULL included (Sun et al., BigData
-2018; SPEC B3.1-B3.3). Answers are integer scores on a domain ``Gamma = {low, ..., high}``.
+2018; docs/algorithms.md#laplace, docs/algorithms.md#randomized-response-with-null). Answers
+are integer scores on a domain ``Gamma = {low, ..., high}``.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class NullAwareMechanism(ScoreDomain):
 class KRRNull(NullAwareMechanism):
     """P3's randomized response with NULL: over the ``|Gamma| + 1`` symbols (the scores and
     NULL), a cell keeps its symbol with probability ``e^eps / (|Gamma| + e^eps)`` and becomes each
-    other symbol with ``1 / (|Gamma| + e^eps)`` (SPEC B3.3).
+    other symbol with ``1 / (|Gamma| + e^eps)`` (P3 Eq. 8).
 
     Guarantee
         ``epsilon = ln(keep |Gamma| / (1 - keep))`` per cell, pure and tight; NULL <-> value is
@@ -304,8 +305,9 @@ class LaplaceNull(NullAwareMechanism):
 
 @dataclass(frozen=True)
 class TwoLayerNull(NullAwareMechanism):
-    """P3's adaptation of the two-layer idea to NULLs (SPEC B3.5): each worker privately draws
-    its own budget ``eps_u ~ U(0, 2 mean_epsilon)`` once, then applies RR with NULL with it.
+    """P3's adaptation of the two-layer idea to NULLs (P3 Sec. VI;
+    docs/algorithms.md#two-layer-with-null): each worker privately draws its own budget
+    ``eps_u ~ U(0, 2 mean_epsilon)`` once, then applies RR with NULL with it.
 
     Guarantee
         Per cell with ``eps_u`` marginalised out (it is private): the output law keeps a symbol
@@ -356,7 +358,7 @@ class TwoLayerNull(NullAwareMechanism):
     def _guarantee_note(self) -> str:
         return (
             f"marginal over the worker's private eps_u ~ U(0, {2 * self.mean_epsilon:g}); "
-            "given eps_u a cell has eps_u (SPEC B3.5)"
+            "given eps_u a cell has eps_u (docs/algorithms.md#two-layer-with-null)"
         )
 
     @classmethod

@@ -1,5 +1,5 @@
 """Randomized response for categorical answers: P0's one-layer and two-layer mechanisms and
-P4's binary randomized response (SPEC B0.1-B0.3, B4.2, C1)."""
+P4's binary randomized response (docs/algorithms.md#mechanisms)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _flip(
 @dataclass(frozen=True)
 class OneLayerRR(CellMechanism):
     """P0's one-layer mechanism: every answer is kept with probability ``1 - f`` and otherwise
-    replaced by one of the other ``s - 1`` answers uniformly (SPEC B0.1-B0.2).
+    replaced by one of the other ``s - 1`` answers uniformly (P0 Algorithm 1).
 
     Guarantee
         ``epsilon = |ln((1 - f)(s - 1) / f)|`` per answer, pure, and tight: the ratio of the
@@ -108,7 +108,7 @@ class OneLayerRR(CellMechanism):
 
 @dataclass(frozen=True)
 class BinaryRR(OneLayerRR):
-    """P4's binary randomized response: keep the answer with probability ``keep`` (SPEC B4.2).
+    """P4's binary randomized response: keep the answer with probability ``keep`` (P4 Eq. 9).
 
     Guarantee
         ``epsilon = |ln(keep / (1 - keep))|`` per attribute (one answer of the worker's vector),
@@ -145,13 +145,13 @@ class BinaryRR(OneLayerRR):
 @dataclass(frozen=True)
 class TwoLayerRR(CellMechanism):
     """P0's two-layer mechanism: each worker privately draws ``f_u ~ U(a, b)`` once and flips
-    every one of its answers with ``f_u`` (SPEC B0.3).
+    every one of its answers with ``f_u`` (P0 Algorithm 2).
 
     Guarantee
         Per answer, with ``f_u`` unknown to the server: ``epsilon = |ln((2 - a - b)(s - 1) /
         (a + b))|`` (P0 Theorem 6.3), the same as one-layer with ``f = (a + b) / 2``. Pure and
         tight for a single answer.
-    Caveat (SPEC C3b)
+    Caveat (docs/algorithms.md#the-two-layer-caveat)
         A worker's answers share ``f_u``, so together they reveal it: given ``f_u`` each answer
         only has ``|ln((1 - f_u)(s - 1) / f_u)|``, unbounded as ``f_u -> 0`` (and a worker with
         ``f_u`` near 1 can be inverted). This is not worker-level LDP;
@@ -185,7 +185,10 @@ class TwoLayerRR(CellMechanism):
         return float(flip_epsilon((self.a + self.b) / 2.0, self.n_labels))
 
     def _guarantee_note(self) -> str:
-        return "marginal over the worker's private f_u; not a worker-level guarantee (SPEC C3b)"
+        return (
+            "marginal over the worker's private f_u; not a worker-level guarantee "
+            "(docs/algorithms.md#the-two-layer-caveat)"
+        )
 
     @classmethod
     def from_epsilon(cls, epsilon: float, n_labels: int = 2, a: float = 0.0) -> TwoLayerRR:  # type: ignore[override]
@@ -232,5 +235,6 @@ class TwoLayerRR(CellMechanism):
         return self.worker_flips(id_hashes(answers.workers), draws)
 
     def conditional_epsilons(self, flips: np.ndarray) -> np.ndarray:
-        """Per worker, the per-answer epsilon given its ``f_u`` (the SPEC C3b caveat)."""
+        """Per worker, the per-answer epsilon given its ``f_u``
+        (docs/algorithms.md#the-two-layer-caveat)."""
         return np.asarray(flip_epsilon(flips, self.n_labels))

@@ -1,4 +1,5 @@
-"""Fixed-point encoding of real contributions as 64-bit integers (SPEC B2.2).
+"""Fixed-point encoding of real contributions as 64-bit integers
+(docs/algorithms.md#fixed-point-encoding).
 
 A value ``r`` is sent as ``round(r * 2**F)`` in two's complement modulo ``2**64``. Sums of
 encoded values are exact modulo ``2**64``, so a sum decodes correctly as long as the true sum

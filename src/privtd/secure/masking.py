@@ -1,4 +1,5 @@
-"""Secure sum by pairwise masks (SPEC C3 item 2; Bonawitz et al., CCS 2017, without recovery).
+"""Secure sum by pairwise masks (Bonawitz et al., CCS 2017, without recovery;
+docs/algorithms.md#masking).
 
 Each worker has an X25519 key pair (long-term where it keeps a
 :class:`~privtd.secure.history.WorkerHistory`: its identity) and sends the public half, with a

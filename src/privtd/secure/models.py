@@ -6,9 +6,11 @@ sums (zero for tasks it did not answer, so the sums also hide who answered what)
 requester's half (:class:`AggregateModel`) sees only those sums: it computes the posteriors, the
 class prior, the stopping test, and checks that every sum is in the range the model allows.
 
-- ``binary``: the two-coin latent class model (SPEC A7, B2.1): sums ``log a_i`` and ``log b_i``.
-- ``multiclass``: Dawid-Skene (SPEC A5, P2 appendix 1.1): sums ``log rho[i, l]``, one per class.
-- ``real``: the regularised real-valued model (SPEC A8, P2 appendix 1.2): sums
+- ``binary``: the two-coin latent class model (docs/algorithms.md#latent-class): sums
+  ``log a_i`` and ``log b_i``.
+- ``multiclass``: Dawid-Skene (P2 appendix 1.1; docs/algorithms.md#dawid-skene): sums
+  ``log rho[i, l]``, one per class.
+- ``real``: the regularised real-valued model (P2 appendix 1.2; docs/algorithms.md#raykar): sums
   ``sum_j lambda_j y_ij`` and ``sum_j lambda_j``.
 
 With the same start, each model's iterates are those of the plain EM of
@@ -37,10 +39,11 @@ DS_FLOOR = 1e-10
 class ModelSpec:
     """The public description of a run that every party receives at setup.
 
-    ``eta`` clips the binary model's sensitivity, specificity and prior (SPEC A7). ``gamma``
-    caps the real model's precision, in units of the public answer range ``[low, high]``: a
-    worker's answers are mapped to ``[0, 1]`` before anything is computed, so ``gamma = 1e4``
-    means no worker is trusted beyond a standard deviation of 1% of the range.
+    ``eta`` clips the binary model's sensitivity, specificity and prior (as
+    :class:`~privtd.inference.LatentClass` does). ``gamma`` caps the real model's precision, in
+    units of the public answer range ``[low, high]``: a worker's answers are mapped to ``[0, 1]``
+    before anything is computed, so ``gamma = 1e4`` means no worker is trusted beyond a standard
+    deviation of 1% of the range.
     """
 
     model: str

@@ -1,4 +1,5 @@
-"""Secure sum by Paillier encryption (P2's own choice; SPEC B2.2 option A with one key holder).
+"""Secure sum by Paillier encryption (P2's own choice, with one key holder;
+docs/algorithms.md#paillier).
 
 One worker, the key holder, makes a Paillier key pair and sends the public key to the requester,
 which relays it. Every worker encrypts its fixed-point codes under it; the requester multiplies

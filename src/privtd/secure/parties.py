@@ -3,7 +3,7 @@
 They share no object and no memory: everything passes as encoded frames
 (:mod:`privtd.secure.messages`) through a transport, on requester-worker channels only.
 
-One EM iteration (SPEC B2.1):
+One EM iteration (docs/algorithms.md#secure-protocol):
 
 1. the requester broadcasts the posteriors (the truths, for the real model);
 2. each worker runs its own M-step on its own answers and forms its contribution to every task's
@@ -380,7 +380,7 @@ class Requester:
     transport : Transport
     backend : {"masking", "paillier"}
     tol, max_iter : the plain estimator's stopping rule (see :mod:`privtd.secure.models`).
-    fraction_bits : fixed-point fraction bits (SPEC B2.2).
+    fraction_bits : fixed-point fraction bits (docs/algorithms.md#fixed-point-encoding).
     key_bits : Paillier modulus length; under 2048 bits only with ``test_only_short_keys``.
     max_attempts : how often a round is retried after drop-outs (with ``allow_leaky_rerun``).
     min_participants : the fewest workers a round may have.
