@@ -3,7 +3,7 @@
 P4 has no experiments; these are synthetic tests of its theory plus the binary real
 datasets: every user answers every task, perturbs each answer with binary randomized response
 at epsilon, and the server runs private majority vote (ties count as 1, P4 Eq. 33) or private
-Dawid-Skene (B4.2). Beside them, privtd's perturbation-aware models told the mechanism:
+Dawid-Skene (P4 Algorithm 1). Beside them, privtd's perturbation-aware models told the mechanism:
 one-coin (``aware``) and Dawid-Skene (``aware_ds``).
 """
 
