@@ -21,6 +21,7 @@ from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
 from .._base import Estimator, gold_series
+from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import EPS, DawidSkene
@@ -29,14 +30,17 @@ from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene
+from ..perturbation_aware import AwareOneCoin
 from ..weighted_vote import WeightedVote
 from . import _shard
 from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
 
-#: Params bigger than this (bytes) are scattered to every worker once per iteration rather
-#: than embedded in each shard's task.
-_SCATTER_BYTES = 1_000_000
+#: Params bigger than this (bytes) go to the cluster once per iteration, as one task every
+#: shard's pass reads, rather than embedded in each shard's task: the scheduler keeps a pass's
+#: definition as long as a later pass may need it recomputed (a lost worker), so embedded
+#: copies would cost it shards x iterations x params.
+_SHARED_BYTES = 10_000
 
 
 @dataclass
@@ -69,19 +73,35 @@ class _Passes:
         self.data = data
         self.client = data.client
         self.outs: list[Any] = [None] * data.n_partitions
+        self.has_gold = False
 
     def run(self, fn: Callable[..., Any], params: Any = None) -> list[Any]:
         """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
         the statistics come back in partition order."""
+        self.outs, stats = self.apply(fn, self.outs, params)
+        return stats
+
+    def apply(
+        self, fn: Callable[..., Any], prev: list[Any] | None, params: Any = None
+    ) -> tuple[list[Any], list[Any]]:
+        """One pass from the given previous states (None: none); its per-shard futures (the
+        new states) and the statistics, in partition order.
+
+        Each pass is a task that depends on its shard and on the previous pass's task (unless
+        it reads nothing of it: ``_shard.STATELESS``). Dask keeps that lineage while a later
+        pass may need it, so when a worker dies it recomputes the lost shards (from the files)
+        and passes on the remaining workers, and the fit goes on with the same numbers."""
         submit = self.client.submit
-        if _nbytes(params) > _SCATTER_BYTES:
-            [params] = self.client.scatter([params], broadcast=True, hash=False)
+        if _nbytes(params) > _SHARED_BYTES:
+            params = submit(_shard.const, params, pure=False)
         backend = _kernels.get_backend()
-        self.outs = [
+        if prev is None or getattr(fn, "__name__", "") in _shard.STATELESS:
+            prev = [None] * self.data.n_partitions
+        outs = [
             submit(_on_shard, fn, backend, shard, out, params, pure=False)
-            for shard, out in zip(self.data.shards, self.outs, strict=True)
+            for shard, out in zip(self.data.shards, prev, strict=True)
         ]
-        return gather(self.client, [submit(_shard.second, o, pure=False) for o in self.outs])
+        return outs, gather(self.client, [submit(_shard.second, o, pure=False) for o in outs])
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
         """The per-task results, gathered once and put in the in-memory order of tasks."""
@@ -141,7 +161,7 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
     n_t, n_w, k = data.n_tasks, data.n_workers, data.n_labels
-    start = passes.run(_shard.ds_start)
+    start = passes.run(_shard.ds_start, False)
     prior = _total(start, 1) / n_t
     confusion = est._normalise(_total(start, 0), n_w, k)
     objective: list[float] = []
@@ -174,7 +194,7 @@ def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
 def _fit_one_coin(est: OneCoinDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
     n_t, k = data.n_tasks, data.n_labels
     counts = data.counts
-    start = passes.run(_shard.one_coin_start)
+    start = passes.run(_shard.one_coin_start, False)
     prior = _total(start, 1) / n_t
     skill = _total(start, 0) / counts
     objective: list[float] = []
@@ -352,6 +372,63 @@ def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
     )
 
 
+@dataclass
+class _Mirrored:
+    """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
+
+    outs: list[Any]
+
+
+class _ShardTruth:
+    """The aware estimators' truth step over the shards, with the methods of their in-memory
+    one (``perturbation_aware.TruthStep``): the posteriors stay on the workers, as the futures
+    of the pass that computed them; the per-worker sums come back, summed in a fixed order."""
+
+    def __init__(
+        self,
+        data: DistributedAnswers,
+        passes: _Passes,
+        start_fn: Callable[..., Any],
+        step_fn: Callable[..., Any],
+    ) -> None:
+        self.data, self.passes = data, passes
+        self.start_fn, self.step_fn = start_fn, step_fn
+
+    def start(self, mu: _Mirrored | None) -> tuple[list[Any], np.ndarray, np.ndarray]:
+        prev = None if mu is None else mu.outs
+        outs, stats = self.passes.apply(self.start_fn, prev, mu is not None)
+        return outs, _total(stats, 0), _total(stats, 1)
+
+    def step(self, *params: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray, float]:
+        outs, stats = self.passes.apply(self.step_fn, None, params)
+        return outs, _total(stats, 0), _total(stats, 1), float(_total(stats, 2))
+
+    def agreement(self, outs: list[Any]) -> float:
+        _, stats = self.passes.apply(_shard.majority_agree, outs)
+        return float(sum(stats)) / self.data.n_tasks
+
+    @staticmethod
+    def mirror(outs: list[Any]) -> _Mirrored:
+        return _Mirrored(outs)
+
+    def finish(self, outs: list[Any]) -> tuple[Answers, np.ndarray]:
+        self.passes.outs = outs
+        tasks, _, mu = self.passes.collect()
+        assert mu is not None
+        return _coded(self.data, tasks), mu
+
+
+def _fit_aware(start_fn: Callable[..., Any], step_fn: Callable[..., Any]) -> Callable[..., None]:
+    """AwareDawidSkene and AwareOneCoin: the estimator's own fit (``_fit_em``: its EM, SQUAREM
+    jumps, orientation check and results) with the truth step run over the shards."""
+
+    def fit(est: Any, data: DistributedAnswers, passes: _Passes) -> None:
+        truth = _ShardTruth(data, passes, start_fn, step_fn)
+        est._fit_em(cast(Answers, data), truth, None, not passes.has_gold)
+
+    return fit
+
+
 def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
     def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
         passes.run(fn)
@@ -372,6 +449,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     GTM: ("gtm", _fit_gtm),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
+    AwareDawidSkene: ("aware-ds", _fit_aware(_shard.ds_start, _shard.ds_pass)),
+    AwareOneCoin: ("aware-one-coin", _fit_aware(_shard.one_coin_start, _shard.one_coin_pass)),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -398,8 +477,8 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median), with
-        ``tie_break="first"``.
+        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median,
+        AwareDawidSkene, AwareOneCoin), with ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
@@ -462,7 +541,7 @@ def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
         except (TypeError, ValueError) as exc:
             raise ValidationError("gold truths for numeric answers must be numbers.") from exc
     client = data.client
-    [shared] = client.scatter([(pd.Index(series.index), values)], broadcast=True, hash=False)
+    shared = client.submit(_shard.const, (pd.Index(series.index), values), pure=False)
     outs = [client.submit(_shard.with_gold, s, shared, pure=False) for s in data.shards]
     found = sum(gather(client, [client.submit(_shard.second, o, pure=False) for o in outs]))
     if found < len(series):
@@ -485,9 +564,12 @@ def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Es
         delattr(estimator, name)
     estimator._warm = None
     _, driver = _DRIVERS[type(estimator)]
-    if gold is not None:
+    has_gold = gold is not None and gold_series(gold) is not None
+    if has_gold:
         data = _with_gold(data, gold)
-    driver(estimator, data, _Passes(data))
+    passes = _Passes(data)
+    passes.has_gold = has_gold
+    driver(estimator, data, passes)
     # warm_state_ reads the answers' task and label order, which _set_results was given.
     estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
     return estimator

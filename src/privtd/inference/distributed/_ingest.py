@@ -198,7 +198,7 @@ def ingest(
         sum(client.nthreads().values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
     )
     offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
-    [shared] = client.scatter([(workers, labels)], broadcast=True, hash=False)
+    shared = submit(_shard.const, (workers, labels), pure=False)
     pieces = [
         submit(_code, f, shared, n_parts, int(off), pure=False)
         for f, off in zip(frames, offsets, strict=True)

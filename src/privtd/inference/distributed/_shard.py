@@ -129,6 +129,13 @@ def pick(pieces: list[Piece], p: int) -> Piece:
     return pieces[p]
 
 
+def const(value: Any) -> Any:
+    """A value put on the cluster as a task rather than scattered: the scheduler keeps it in
+    the task's definition, so Dask can recompute it (and what depends on it) when the worker
+    holding it dies, which it cannot do for scattered data."""
+    return value
+
+
 # ---------------------------------------------------------------------- the shard
 class Shard:
     """Every answer of some tasks, sorted by task (stably, so each task's answers keep their
@@ -284,8 +291,14 @@ def soft_start(shard: Shard) -> np.ndarray:
     return _fix_rows(shard, shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)))
 
 
-def ds_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    mu = soft_start(shard)
+def em_start(shard: Shard, prev: Any, mirror: bool) -> np.ndarray:
+    """The posteriors an EM starts from: the soft start, or (``mirror``) the previous fit's
+    with the two labels swapped, as the aware estimators' orientation check refits."""
+    return prev[0][:, ::-1].copy() if mirror else soft_start(shard)
+
+
+def ds_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
+    mu = em_start(shard, prev, mirror)
     k = int(shard.n_labels or 0)
     counts = _kernels.gather_scatter(shard.wx(), shard.task, mu, shard.n_workers * k)
     return mu, (counts, mu.sum(axis=0))
@@ -299,10 +312,18 @@ def ds_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, np.nd
     return mu, (counts, prior_sum, loglik)
 
 
-def one_coin_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    mu = soft_start(shard)
+def one_coin_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
+    mu = em_start(shard, prev, mirror)
     skill = _kernels.pick_sum(shard.task, shard.value, shard.worker, mu, shard.n_workers)
     return mu, (skill, mu.sum(axis=0))
+
+
+def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    """How many of the shard's tasks have majority vote's label as their most probable one
+    (no gold: the aware estimators' orientation check runs without it)."""
+    k = int(shard.n_labels or 0)
+    majority = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)).argmax(axis=1)
+    return None, int((prev[0].argmax(axis=1) == majority).sum())
 
 
 def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> Any:
@@ -311,6 +332,12 @@ def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> An
         shard.layout, log_right, log_wrong, log_prior, shard.gold
     )
     return mu, (skill, prior_sum, loglik)
+
+
+#: Passes that read nothing of the previous pass: the shard and the client's parameters
+#: determine them, so their tasks do not depend on the previous pass's, and Dask recomputes a
+#: lost one from the shard alone.
+STATELESS = frozenset({"ds_pass", "one_coin_pass"})
 
 
 def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
