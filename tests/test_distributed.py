@@ -516,3 +516,14 @@ def test_gold_naming_an_unknown_task_or_label_is_one_line(ingested):
         fit_distributed(make_estimator("mv"), data, gold={"no-such-task": 0})
     with pytest.raises(ValidationError, match="outside the answer domain"):
         fit_distributed(make_estimator("mv"), data, gold={"t0": 99})
+
+
+def test_tree_reduction_adds_in_float64_and_takes_the_largest_change():
+    from privtd.inference.distributed._shard import Largest, combine
+
+    a = (np.array([1, 2], dtype=np.int64), Largest(0.5), 3, None)
+    b = (np.array([0.25, 0.5]), Largest(0.125), 4, None)
+    arr, largest, count, nothing = combine(a, b)
+    assert arr.dtype == np.float64 and arr.tolist() == [1.25, 2.5]
+    assert isinstance(largest, Largest) and largest == 0.5
+    assert count == 7 and nothing is None

@@ -75,17 +75,17 @@ class _Passes:
         self.outs: list[Any] = [None] * data.n_partitions
         self.has_gold = False
 
-    def run(self, fn: Callable[..., Any], params: Any = None) -> list[Any]:
+    def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
         """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
-        the statistics come back in partition order."""
+        the statistics come back summed over the shards."""
         self.outs, stats = self.apply(fn, self.outs, params)
         return stats
 
     def apply(
         self, fn: Callable[..., Any], prev: list[Any] | None, params: Any = None
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[Any], Any]:
         """One pass from the given previous states (None: none); its per-shard futures (the
-        new states) and the statistics, in partition order.
+        new states) and the statistics summed over the shards (``_shard.combine``).
 
         Each pass is a task that depends on its shard and on the previous pass's task (unless
         it reads nothing of it: ``_shard.STATELESS``). Dask keeps that lineage while a later
@@ -101,7 +101,15 @@ class _Passes:
             submit(_on_shard, fn, backend, shard, out, params, pure=False)
             for shard, out in zip(self.data.shards, prev, strict=True)
         ]
-        return outs, gather(self.client, [submit(_shard.second, o, pure=False) for o in outs])
+        # A tree reduction on the workers: neighbours added pairwise, level by level, in
+        # partition order, so the sum is the same for the same partitioning and the client
+        # receives one set of per-worker arrays however many shards there are.
+        level = [submit(_shard.second, o, pure=False) for o in outs]
+        while len(level) > 1:
+            pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
+            level = [submit(_shard.combine, *p, pure=False) if len(p) == 2 else p[0] for p in pairs]
+        [total] = gather(self.client, level)
+        return outs, total
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
         """The per-task results, gathered once and put in the in-memory order of tasks."""
@@ -140,14 +148,10 @@ def _nbytes(params: Any) -> int:
     return 0
 
 
-def _total(stats: Sequence[Any], index: int | None = None) -> np.ndarray:
-    """The sum of the shards' arrays in partition order, in float64."""
-    acc: np.ndarray | None = None
-    for s in stats:
-        part = np.asarray(s if index is None else s[index], dtype=np.float64)
-        acc = part.copy() if acc is None else acc + part
-    assert acc is not None
-    return acc
+def _total(stats: Any, index: int | None = None) -> np.ndarray:
+    """A field of the shards' statistics summed over the shards (see ``_Passes.apply``), as a
+    float64 array."""
+    return np.asarray(stats if index is None else stats[index], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- drivers
@@ -274,7 +278,7 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
     converged = False
     weight = np.ones(data.n_workers)
     n_iter = 0
-    stats: list[Any] = []
+    stats: Any = None
     for n_iter in range(1, est.max_iter + 1):  # noqa: B007
         est._tick(n_iter)
         if n_iter > 1:  # the losses of the truths the last pass found
@@ -287,7 +291,7 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
         else:
             stats = passes.run(_shard.lw_num_pass, (weight, squared))
             # The largest change over all tasks: the max of the shards' maxima.
-            stop = max(float(s[1]) for s in stats) < est.tol
+            stop = float(stats[1]) < est.tol
         if stop:
             converged = True
             break
@@ -321,7 +325,7 @@ def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None
         stats = passes.run(_shard.lc_pass, est.m_finish(sums, mean))
         objective.append(float(_total(stats, 2)))
         sums, mean = _total(stats, 0), float(_total(stats, 1)) / data.n_tasks
-        if max(float(s[3]) for s in stats) < est.tol:
+        if float(stats[3]) < est.tol:
             converged = True
             break
     sens, spec, prior = est.m_finish(sums, mean)
@@ -405,7 +409,7 @@ class _ShardTruth:
 
     def agreement(self, outs: list[Any]) -> float:
         _, stats = self.passes.apply(_shard.majority_agree, outs)
-        return float(sum(stats)) / self.data.n_tasks
+        return float(stats) / self.data.n_tasks
 
     @staticmethod
     def mirror(outs: list[Any]) -> _Mirrored:

@@ -261,6 +261,24 @@ def second(out: tuple[Any, Any]) -> Any:
     return out[1]
 
 
+class Largest(float):
+    """A statistic the shards combine by their maximum (a largest change), not their sum."""
+
+
+def combine(a: Any, b: Any) -> Any:
+    """Two shards' statistics combined field by field: arrays added in float64, counts and
+    scalars added, :class:`Largest` ones by their maximum (one step of the tree reduction)."""
+    if isinstance(a, tuple):
+        return tuple(combine(x, y) for x, y in zip(a, b, strict=True))
+    if a is None:
+        return None
+    if isinstance(a, Largest):
+        return Largest(max(a, b))
+    if isinstance(a, np.ndarray):
+        return np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)
+    return a + b
+
+
 def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
     """The shard's final per-task state with its task ids, for the client to assemble."""
     state = out[0]
@@ -416,7 +434,7 @@ def lw_num_pass(
     else:
         new = shard.sorted.weighted_median(weight[w])
     new = _fix_values(shard, new)
-    change = largest_change(new, truth)
+    change = Largest(largest_change(new, truth))
     loss = _kernels.worker_loss(t, w, x, new, inv_scale, squared, shard.n_workers)
     return (new, inv_scale), (loss, change)
 
@@ -454,7 +472,7 @@ def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tup
     logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
     loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
     new = _fix_labels(shard, expit(logit))
-    change = float(np.max(np.abs(new - prev[0]), initial=0.0))
+    change = Largest(np.max(np.abs(new - prev[0]), initial=0.0))
     sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
     return new, (sums, new.sum(), loglik, change)
 
