@@ -401,6 +401,18 @@ def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
         outputs[engine] = (pd.read_csv(out), pd.read_csv(probas))
     assert outputs["dask"][0].equals(outputs["memory"][0])
     np.testing.assert_allclose(outputs["dask"][1].iloc[:, 1:], outputs["memory"][1].iloc[:, 1:])
+    # -o NAME.parquet: a folder of Parquet files the workers wrote, the same truths.
+    folder = tmp_path / "dask.parquet"
+    args = ["infer", str(files["cat"]), "-m", "one-coin-ds", "-o", str(folder)]
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(folder).set_index("task")["truth"]  # pyarrow reads the folder
+    mem = outputs["memory"][0].set_index("task")["truth"]
+    assert got.loc[mem.index].to_numpy().tolist() == mem.to_numpy().tolist()
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    assert code == 2 and "is a directory" in err  # click refuses an existing folder
+    code, _, err = run([*args[:-1], str(tmp_path / "m.parquet")], capsys)
+    assert code == 2 and "--engine dask" in err and not (tmp_path / "m.parquet").exists()
 
 
 def test_a_worker_killed_mid_fit_is_survived_with_the_same_labels(files):
@@ -527,3 +539,41 @@ def test_tree_reduction_adds_in_float64_and_takes_the_largest_change():
     assert arr.dtype == np.float64 and arr.tolist() == [1.25, 2.5]
     assert isinstance(largest, Largest) and largest == 0.5
     assert count == 7 and nothing is None
+
+
+@pytest.mark.parametrize(
+    ("method", "kind"), [("one-coin-ds", "cat"), ("wv", "cat"), ("gtm", "num")]
+)
+def test_results_written_by_the_workers_as_parquet(method, kind, files, ingested, tmp_path):
+    params = {"one-coin-ds": {"max_iter": 5, "tol": 0.0}, "wv": {"max_iter": 4}, "gtm": {}}[method]
+    frame = files[f"{kind}_frame"]
+    mem = make_estimator(method, **params).fit(Answers.from_frame(frame))
+    out = tmp_path / "truths.parquet"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dist = fit_distributed(make_estimator(method, **params), ingested(kind, 3), output=out)
+    assert dist.output_ == str(out) and not hasattr(dist, "truths_")
+    parts = sorted(out.iterdir())
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(3)]
+    assert [p.name for p in tmp_path.iterdir()] == ["truths.parquet"]  # no temporary left
+    got = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True).set_index("task")
+    assert len(got) == len(mem.truths_) and not got.index.duplicated().any()
+    got = got.loc[mem.truths_.index]
+    if kind == "num":
+        np.testing.assert_allclose(got["truth"], mem.truths_, rtol=1e-9)
+        assert list(got.columns) == ["truth"]
+    else:
+        assert (got["truth"].to_numpy() == mem.truths_.to_numpy()).all()
+        probas = got[[f"p_{label}" for label in mem.probas_.columns]].to_numpy()
+        np.testing.assert_allclose(probas, mem.probas_.to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(dist.weights_["weight"], mem.weights_["weight"], rtol=1e-9)
+
+
+def test_parquet_output_is_all_or_nothing(ingested, tmp_path):
+    out = tmp_path / "truths.parquet"
+    with pytest.raises(ValidationError, match="binary"):  # fails mid-fit, after the folder
+        fit_distributed(make_estimator("lc"), ingested("cat", 3), output=out)
+    assert list(tmp_path.iterdir()) == []
+    out.mkdir()
+    with pytest.raises(ValidationError, match="exists"):
+        fit_distributed(make_estimator("mv"), ingested("cat", 3), output=out)

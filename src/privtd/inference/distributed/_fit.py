@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -74,6 +76,30 @@ class _Passes:
         self.client = data.client
         self.outs: list[Any] = [None] * data.n_partitions
         self.has_gold = False
+        self.output: str | None = None  # a folder the workers write the results into
+        self.written_probas = False
+
+    def write(self, folder: str) -> None:
+        """Each shard's final results written by the worker that holds it, as
+        ``folder/part-NNNNN.parquet``: the client never holds every task's result."""
+        client = self.client
+        labels = client.submit(_shard.const, self.data.labels, pure=False)
+        width = max(5, len(str(self.data.n_partitions)))
+        written = gather(
+            client,
+            [
+                client.submit(
+                    _shard.write_results,
+                    shard,
+                    out,
+                    labels,
+                    os.path.join(folder, f"part-{p:0{width}d}.parquet"),
+                    pure=False,
+                )
+                for p, (shard, out) in enumerate(zip(self.data.shards, self.outs, strict=True))
+            ],
+        )
+        self.written_probas = bool(written) and written[0][1]
 
     def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
         """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
@@ -112,7 +138,13 @@ class _Passes:
         return outs, total
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
-        """The per-task results, gathered once and put in the in-memory order of tasks."""
+        """The per-task results, gathered once and put in the in-memory order of tasks; with
+        ``output`` set, written by the workers instead (``write``) and none returned."""
+        if self.output is not None:
+            self.write(self.output)
+            k = 0 if self.data.labels is None else self.data.n_labels
+            none = np.zeros((0, k)) if self.written_probas else None
+            return pd.Index([], name="task"), np.zeros(0, dtype=np.int64), none
         parts = gather(
             self.client,
             [
@@ -473,6 +505,7 @@ def fit_distributed(
     client: Any = None,
     partitions: int | None = None,
     gold: Any = None,
+    output: str | os.PathLike[str] | None = None,
     **read: Any,
 ) -> Estimator:
     """Fit ``estimator`` on a Dask cluster; the same fitted attributes as ``estimator.fit``.
@@ -491,8 +524,15 @@ def fit_distributed(
         process per core, 127.0.0.1 only, no dashboard). Ignored when ``source`` is ingested.
     partitions : int, optional
         Number of shards when ingesting here (default: about 5e6 answers each).
-    gold : not taken yet
-        Gold truths are not supported on a cluster yet; fit in memory to use them.
+    gold : Series or mapping task -> truth, optional
+        Known truths, fixed during the fit as ``estimator.fit(..., gold=)`` fixes them.
+    output : path, optional
+        A folder to create for the per-task results, written by the workers as Parquet (one
+        ``part-NNNNN.parquet`` per shard: ``task``, ``truth`` and, for models with
+        probabilities, ``p_<label>`` per label), so that the client never holds every task's
+        result. The files are written into a temporary folder beside it that is renamed once
+        all are written: a failed fit leaves nothing. With it, ``truths_`` and ``probas_`` are
+        not set (``output_`` names the folder); the per-worker results are.
 
     Each iteration is one pass: the client broadcasts the per-worker parameters, every shard
     computes its tasks' posteriors (or truths) with the in-memory kernels and returns its
@@ -519,9 +559,9 @@ def fit_distributed(
             raise ValidationError(
                 "These answers are already ingested; pass no client, partitions or read options."
             )
-        return _fit(estimator, source, gold)
+        return _fit(estimator, source, gold, output)
     with connect(client=client) as cl:
-        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold)
+        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold, output)
 
 
 def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
@@ -557,7 +597,27 @@ def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
     return dataclasses.replace(data, shards=shards)
 
 
-def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Estimator:
+def _new_folder(output: str | os.PathLike[str]) -> tuple[str, str]:
+    """The output folder's path and a fresh temporary folder beside it (same filesystem, so
+    that renaming it is atomic)."""
+    target = os.path.abspath(os.fspath(output))
+    parent, name = os.path.split(target)
+    if os.path.lexists(target):
+        raise ValidationError(
+            f"{os.fspath(output)!r} exists. Remove it or pick another name: the results are "
+            "written as a new folder of Parquet files."
+        )
+    if not os.path.isdir(parent):
+        raise ValidationError(f"The folder of {os.fspath(output)!r} does not exist. Create it.")
+    return target, tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+
+
+def _fit(
+    estimator: Estimator,
+    data: DistributedAnswers,
+    gold: Any = None,
+    output: str | os.PathLike[str] | None = None,
+) -> Estimator:
     if data.kind not in estimator.kinds:
         raise ValidationError(
             f"{type(estimator).__name__} takes {' or '.join(estimator.kinds)} answers; these are "
@@ -573,7 +633,21 @@ def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Es
         data = _with_gold(data, gold)
     passes = _Passes(data)
     passes.has_gold = has_gold
-    driver(estimator, data, passes)
-    # warm_state_ reads the answers' task and label order, which _set_results was given.
-    estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
+    if output is None:
+        driver(estimator, data, passes)
+        # warm_state_ reads the answers' task and label order, which _set_results was given.
+        estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
+        return estimator
+    target, passes.output = _new_folder(output)
+    try:
+        driver(estimator, data, passes)
+        os.rename(passes.output, target)
+    except BaseException:
+        shutil.rmtree(passes.output, ignore_errors=True)
+        raise
+    # The per-task results are in the files, not here: no empty stand-ins.
+    for name in ("truths_", "probas_"):
+        if hasattr(estimator, name):
+            delattr(estimator, name)
+    estimator.output_ = target  # type: ignore[attr-defined]
     return estimator

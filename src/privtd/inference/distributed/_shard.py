@@ -291,6 +291,23 @@ def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
     return {"ids": shard.task_ids, "first_row": shard.first_row, "truth": truth, "proba": proba}
 
 
+def write_results(
+    shard: Shard, out: tuple[Any, Any], labels: pd.Index | None, path: str
+) -> tuple[int, bool]:
+    """Write the shard's per-task results as one Parquet file: ``task``, ``truth`` (the label,
+    or the number), and with probabilities one ``p_<label>`` column per label; the shard's
+    tasks in their order of first appearance. Returns the rows written and whether the model
+    gave probabilities."""
+    part = results(shard, out)
+    truth = part["truth"] if labels is None else labels.take(part["truth"])
+    frame = pd.DataFrame({"task": part["ids"], "truth": truth})
+    if part["proba"] is not None and labels is not None:
+        for j, label in enumerate(labels):
+            frame[f"p_{label}"] = part["proba"][:, j]
+    frame.to_parquet(path, index=False)
+    return len(frame), part["proba"] is not None
+
+
 # ---------------------------------------------------------------------- passes
 # Categorical states are (truth codes, probabilities) or the posteriors alone; numeric ones
 # the truths, or (truths, inverse scales).
