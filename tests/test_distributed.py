@@ -295,8 +295,31 @@ def test_a_pair_repeated_across_files_is_an_error(files, client, tmp_path):
     frame = files["cat_frame"]
     frame.iloc[:50].to_parquet(tmp_path / "a.parquet", index=False)
     frame.iloc[40:90].to_parquet(tmp_path / "b.parquet", index=False)
-    with pytest.raises(ValidationError, match="10 answer"):
+    with pytest.raises(ValidationError, match="10 answer") as info:
         ingest(tmp_path, client, partitions=3)
+    # Both answers named by file and row: b's first 10 rows are a's rows 41 to 50.
+    import re
+
+    found = re.search(
+        r"a\.parquet' data row (\d+) and .*b\.parquet' data row (\d+)", str(info.value)
+    )
+    assert found and int(found[1]) == int(found[2]) + 40
+    assert "\n" not in str(info.value)
+
+
+def test_task_ids_of_different_types_across_files_are_an_error(files, client, tmp_path):
+    """5 in one file and "5" in another would be two tasks: refused, naming both files."""
+    frame = files["bin_frame"].copy()
+    frame["task"] = frame["task"].astype(str).str.extract(r"(\d+)", expand=False).astype(int)
+    frame.iloc[:300].to_parquet(tmp_path / "a.parquet", index=False)
+    strings = frame.iloc[300:].assign(task=lambda f: f["task"].astype(str))
+    strings.to_parquet(tmp_path / "b.parquet", index=False)
+    with pytest.raises(ValidationError, match=r"integer in .*a\.parquet.* but string in .*b\.parq"):
+        ingest(tmp_path, client, partitions=2)
+    strings.to_csv(tmp_path / "b.csv", index=False)  # CSV ids are strings, Parquet's integers
+    (tmp_path / "b.parquet").unlink()
+    with pytest.raises(ValidationError, match="Task ids are integer"):
+        ingest(tmp_path, client, partitions=2)
 
 
 def run(args, capsys):

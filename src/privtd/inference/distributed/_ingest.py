@@ -188,6 +188,7 @@ def ingest(
                 f"All {n_missing} rows have a missing task, worker or answer; nothing is left."
             )
         notes.append(f"dropped {n_missing} row(s) with a missing task, worker or answer")
+    _check_id_types(files, summaries)
     numeric = _resolve_kind(kind, summaries)
     workers = pd.Index(
         pd.concat([pd.Series(s["workers"]) for s in summaries], ignore_index=True).unique(),
@@ -218,11 +219,16 @@ def ingest(
     del frames, pieces, shared  # the files' tables and pieces are freed once the shards exist
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
-        t_id, w_code = next(i["example"] for i in infos if i["n_repeated"])
+        t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])
+        where = []
+        for r in rows:  # global row -> its file, and its row there counted from 1
+            f = int(np.searchsorted(offsets, r, side="right")) - 1
+            where.append(f"{files[f]!r} data row {r - int(offsets[f]) + 1}")
         raise ValidationError(
             f"{n_repeated} answer(s) repeat a (task, worker) pair (first: task {t_id!r}, worker "
-            f"{workers[w_code]!r}). Merge them before ingesting (the Dask engine takes "
-            "on_duplicate='error' only, for now), or fit in memory with --on-duplicate."
+            f"{workers[w_code]!r}, in {where[0]} and {where[1]}). Merge them before ingesting "
+            "(the Dask engine takes on_duplicate='error' only, for now), or fit in memory with "
+            "--on-duplicate."
         )
     counts = np.zeros(len(workers), dtype=np.int64)
     for info in infos:  # partition order: a fixed reduction order
@@ -243,6 +249,21 @@ def ingest(
 def _code(frame: pd.DataFrame, shared: Any, n_parts: int, offset: int) -> list[_shard.Piece]:
     workers, labels = shared
     return _shard.code_and_split(frame, workers, labels, n_parts, offset)
+
+
+def _check_id_types(files: list[str], summaries: list[dict[str, Any]]) -> None:
+    """Ids must have one type over all files: the same task written as 5 in one file and as
+    "5" in another would be two tasks (pandas tells them apart), which is never what the files
+    mean. CSV ids are read as strings, Parquet ids keep their type."""
+    for col, name in ((0, "Task"), (1, "Worker")):
+        types = [s["id_types"][col] for s in summaries if s["n_rows"] > s["n_missing"]]
+        kept = [f for f, s in zip(files, summaries, strict=True) if s["n_rows"] > s["n_missing"]]
+        for f, t in zip(kept, types, strict=True):
+            if t != types[0]:
+                raise ValidationError(
+                    f"{name} ids are {types[0]} in {kept[0]!r} but {t} in {f!r}: the same id "
+                    "would count twice. Write them with one type in every file (e.g. strings)."
+                )
 
 
 def _resolve_kind(kind: str, summaries: list[dict[str, Any]]) -> bool:

@@ -81,10 +81,23 @@ def summarise(frame: pd.DataFrame, kind: str) -> dict[str, Any]:
         "first_missing": int(np.flatnonzero(na)[0]) if na.any() else -1,
         "workers": pd.unique(kept["worker"]),
         "labels": pd.unique(answer) if want_labels else None,
+        "id_types": (_id_type(kept["task"]), _id_type(kept["worker"])),
         "is_float": _is_float(answer),
         "is_numeric": bool(pd.api.types.is_numeric_dtype(answer.dtype))
         and not pd.api.types.is_bool_dtype(answer.dtype),
     }
+
+
+def _id_type(col: pd.Series) -> str:
+    """What an id column holds: 'integer', 'float', 'string', 'boolean' or another of
+    :func:`pandas.api.types.infer_dtype`'s names (objects are scanned, typed columns not)."""
+    if pd.api.types.is_bool_dtype(col.dtype):
+        return "boolean"
+    if pd.api.types.is_integer_dtype(col.dtype):
+        return "integer"
+    if pd.api.types.is_float_dtype(col.dtype):
+        return "float"
+    return str(pd.api.types.infer_dtype(col, skipna=True))
 
 
 def _is_float(col: pd.Series) -> bool:
@@ -165,7 +178,9 @@ class Shard:
         self.start = np.zeros(self.n_tasks + 1, dtype=np.int64)
         np.cumsum(counts, out=self.start[1:])
         self.task_ids = pd.Index(uniques, name="task")
-        self.first_row = row[order][self.start[:-1]]
+        row = row[order]
+        self.first_row = row[self.start[:-1]]
+        self.repeated = _repeated_pair(self.task, self.worker, n_workers, row)
         self.n_workers = n_workers
         self.n_labels = n_labels
         self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
@@ -242,19 +257,31 @@ def build_shard(n_workers: int, n_labels: int | None, *pieces: Piece) -> Shard:
 
 def describe(shard: Shard) -> dict[str, Any]:
     """Sizes, per-worker answer counts and the first repeated (task, worker) pair, if any."""
-    pair = shard.task.astype(np.int64) * shard.n_workers + shard.worker
-    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
-    example = None
-    if dup.any():
-        i = int(np.flatnonzero(dup)[0])
-        example = (shard.task_ids[int(shard.task[i])], int(shard.worker[i]))
+    n_repeated, example = shard.repeated
+    if example is not None:  # the task's id rather than its local code
+        example = (shard.task_ids[example[0]], *example[1:])
     return {
         "n_answers": shard.n_answers,
         "n_tasks": shard.n_tasks,
         "worker_counts": np.bincount(shard.worker, minlength=shard.n_workers),
-        "n_repeated": int(dup.sum()),
+        "n_repeated": n_repeated,
         "example": example,
     }
+
+
+def _repeated_pair(
+    task: np.ndarray, worker: np.ndarray, n_workers: int, row: np.ndarray
+) -> tuple[int, tuple[int, int, int, int] | None]:
+    """How many answers repeat an earlier (task, worker) pair, and for the first one: its
+    local task, its worker, and the global rows of both answers (to name their files). Found
+    while the rows are at hand, so that the shard need not keep a row per answer."""
+    pair = task.astype(np.int64) * n_workers + worker
+    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
+    if not dup.any():
+        return 0, None
+    i = int(np.flatnonzero(dup)[0])
+    j = int(np.flatnonzero(pair == pair[i])[0])
+    return int(dup.sum()), (int(task[i]), int(worker[i]), int(row[j]), int(row[i]))
 
 
 def second(out: tuple[Any, Any]) -> Any:
