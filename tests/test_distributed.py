@@ -600,3 +600,32 @@ def test_parquet_output_is_all_or_nothing(ingested, tmp_path):
     out.mkdir()
     with pytest.raises(ValidationError, match="exists"):
         fit_distributed(make_estimator("mv"), ingested("cat", 3), output=out)
+
+
+@pytest.mark.parametrize("method", ["aware-ds", "mv"])
+def test_service_aggregates_a_campaign_through_the_cluster(method, client, files):
+    """``privtd serve --dask-scheduler``: the campaign's reports (integer-coded, read from the
+    database) go to the cluster as Parquet; the campaign's label domain is kept, a label
+    with no report included; the same truths as the in-memory fit."""
+    pytest.importorskip("sqlalchemy")
+    from privtd.mechanisms import OneLayerRR
+    from privtd.service.aggregate import fit_on_cluster
+
+    frame = files["bin_frame"].sample(frac=1.0, random_state=8)  # reports in arrival order
+    codes = Answers.from_frame(frame)
+    answers = Answers(
+        task=codes.task,
+        worker=codes.worker,
+        value=codes.value,
+        tasks=pd.Index([f"t{t}" for t in codes.tasks]),
+        workers=codes.workers,
+        labels=pd.Index([0, 1, 2], name="label"),  # the campaign's domain: 2 never reported
+    )
+    params = {"mechanism": OneLayerRR(0.2, n_labels=3), "max_iter": 8} if method != "mv" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator(method, **params).fit(answers)
+        dist = fit_on_cluster(make_estimator(method, **params), answers, client.scheduler.address)
+    assert list(dist.probas_.columns) == [0, 1, 2]
+    assert dist.truths_.equals(mem.truths_)
+    np.testing.assert_allclose(dist.probas_, mem.probas_, atol=1e-9)

@@ -1151,7 +1151,29 @@ def _service() -> Any:
     help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
     "are given (and take no reports for one made under a laxer ceiling).",
 )
-def serve(url: str, host: str, port: int, requester_token: str | None, max_epsilon: float) -> None:
+@click.option(
+    "--dask-scheduler",
+    envvar="PRIVTD_DASK_SCHEDULER",
+    metavar="tcp://HOST:PORT",
+    help="Aggregate campaigns on this Dask cluster (env PRIVTD_DASK_SCHEDULER), for the "
+    "methods that run there (docs/scale.md); the others, in this process.",
+)
+@click.option(
+    "--dask-dir",
+    envvar="PRIVTD_DASK_DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="With --dask-scheduler: a folder every Dask worker can read, for the campaign's "
+    "reports as Parquet (default: the system's temporary folder).",
+)
+def serve(
+    url: str,
+    host: str,
+    port: int,
+    requester_token: str | None,
+    max_epsilon: float,
+    dask_scheduler: str | None,
+    dask_dir: str | None,
+) -> None:
     """Run the collection service: workers submit perturbed reports, the requester aggregates.
 
     The API is described at /docs (OpenAPI at /openapi.json); workers' page at /collect.
@@ -1159,7 +1181,13 @@ def serve(url: str, host: str, port: int, requester_token: str | None, max_epsil
     service = _service()
     import uvicorn
 
-    app = service.create_app(url, requester_token=requester_token, max_epsilon=max_epsilon)
+    app = service.create_app(
+        url,
+        requester_token=requester_token,
+        max_epsilon=max_epsilon,
+        dask_scheduler=dask_scheduler,
+        dask_dir=dask_dir,
+    )
     if app.state.new_requester_token:
         click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
     if app.state.runner.interrupted:

@@ -134,6 +134,7 @@ def ingest(
     on_missing: str = "error",
     single_task: str = "keep",
     single_worker: str = "keep",
+    labels: Sequence[Any] | None = None,
 ) -> DistributedAnswers:
     """Read answer files on the cluster, code them once and keep them there as shards.
 
@@ -143,7 +144,8 @@ def ingest(
     file is coded and split by a hash of the task id, and each shard gathers its pieces from
     every file (the one shuffle, done once). Parameters as :meth:`privtd.Answers.from_frame`;
     ``partitions`` is the number of shards (default: enough for about 5e6 answers each, and at
-    least one per worker thread).
+    least one per worker thread); ``labels``, the label domain in its order, where some labels
+    may have no answer (default: the labels found, sorted).
     """
     _check_choice("kind", kind, ("auto", "categorical", "numeric"))
     _check_choice("on_missing", on_missing, ("error", "drop"))
@@ -194,17 +196,26 @@ def ingest(
         pd.concat([pd.Series(s["workers"]) for s in summaries], ignore_index=True).unique(),
         name="worker",
     )
-    labels = None if numeric else _label_domain(summaries)
+    domain = None if numeric else _label_domain(summaries)
+    if domain is not None and labels is not None:
+        declared = pd.Index(list(labels), name="label")
+        outside = domain[declared.get_indexer(domain) < 0]
+        if len(outside):
+            raise ValidationError(
+                f"The answers hold label(s) {list(outside[:3])} outside the declared domain "
+                f"{list(declared)}. Declare every label, or fix the answers."
+            )
+        domain = declared
     n_parts = partitions or max(
         sum(client.nthreads().values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
     )
     offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
-    shared = submit(_shard.const, (workers, labels), pure=False)
+    shared = submit(_shard.const, (workers, domain), pure=False)
     pieces = [
         submit(_code, f, shared, n_parts, int(off), pure=False)
         for f, off in zip(frames, offsets, strict=True)
     ]
-    n_labels = None if labels is None else len(labels)
+    n_labels = None if domain is None else len(domain)
     shards = [
         submit(
             _shard.build_shard,
@@ -237,7 +248,7 @@ def ingest(
         client=client,
         shards=shards,
         workers=workers,
-        labels=labels,
+        labels=domain,
         n_answers=sum(i["n_answers"] for i in infos),
         n_tasks=sum(i["n_tasks"] for i in infos),
         counts=counts,
