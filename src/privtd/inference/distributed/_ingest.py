@@ -226,8 +226,12 @@ def ingest(
         )
         for p in range(n_parts)
     ]
+    # Dropped before the shards are built, not after: Dask then frees each file's table once
+    # it is coded and each file's pieces once every shard has taken its own, rather than
+    # holding every table and piece until the last shard exists (the peak of ingest). The
+    # scheduler keeps their definitions, so a lost shard can still be rebuilt from the files.
+    del frames, pieces, shared
     infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
-    del frames, pieces, shared  # the files' tables and pieces are freed once the shards exist
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
         t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])

@@ -174,16 +174,14 @@ class Shard:
         self.worker = worker[order]
         self.value = value[order]
         self.n_tasks = len(uniques)
-        counts = np.bincount(self.task, minlength=self.n_tasks)
-        self.start = np.zeros(self.n_tasks + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.start[1:])
         self.task_ids = pd.Index(uniques, name="task")
-        row = row[order]
-        self.first_row = row[self.start[:-1]]
-        self.repeated = _repeated_pair(self.task, self.worker, n_workers, row)
         self.n_workers = n_workers
         self.n_labels = n_labels
         self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
+        self.start = self.layout.start  # each task's slice, shared with the kernels' layout
+        row = row[order]
+        self.first_row = row[self.start[:-1]]
+        self.repeated = _repeated_pair(self.task, self.worker, n_workers, row)
         # Gold truths (set by with_gold): label codes, -1 where none (the kernels' encoding),
         # and for numeric answers the values, NaN where none.
         self.gold = np.full(self.n_tasks, -1, dtype=np.int64)
