@@ -629,3 +629,83 @@ def test_service_aggregates_a_campaign_through_the_cluster(method, client, files
     assert list(dist.probas_.columns) == [0, 1, 2]
     assert dist.truths_.equals(mem.truths_)
     np.testing.assert_allclose(dist.probas_, mem.probas_, atol=1e-9)
+
+
+def test_a_served_campaign_is_aggregated_on_the_cluster(client, tmp_path, monkeypatch):
+    """``create_app(dask_scheduler=...)`` (``privtd serve --dask-scheduler``): a campaign's run
+    goes through the cluster and reports what an in-memory fit of its reports gives."""
+    pytest.importorskip("fastapi")
+    import sqlalchemy as sa
+    from fastapi.testclient import TestClient
+
+    from privtd.service import aggregate, create_app
+    from privtd.service.schema import campaigns as t_campaigns
+
+    calls: list[str] = []
+    real = aggregate.fit_on_cluster
+
+    def recorded(estimator, *args, **kwargs):
+        calls.append(type(estimator).__name__)
+        return real(estimator, *args, **kwargs)
+
+    monkeypatch.setattr(aggregate, "fit_on_cluster", recorded)
+    token = "requester-secret-token-for-dask-tests"
+    auth = {"Authorization": f"Bearer {token}"}
+    app = create_app(
+        f"sqlite:///{tmp_path / 's.db'}",
+        requester_token=token,
+        dask_scheduler=client.scheduler.address,
+        dask_dir=str(tmp_path),
+    )
+    body = {
+        "name": "smiles",
+        "tasks": [{"key": f"t{i}", "text": f"image {i}"} for i in range(30)],
+        "mechanism": "one-layer",
+        "epsilon": 2.0,
+        "labels": ["no", "yes", "maybe"],
+        "budget": 100.0,
+    }
+    gen = np.random.default_rng(4)
+    with TestClient(app) as api:
+        made = api.post("/campaigns", json=body, headers=auth).json()
+        cid = made["id"]
+        method = made["method"]  # the campaign's perturbation-aware default
+        assert method in DISTRIBUTED_METHODS
+        for w in range(6):
+            code = api.post(f"/campaigns/{cid}/codes", json={"count": 1}, headers=auth)
+            enrolled = api.post(
+                f"/campaigns/{cid}/workers",
+                json={"name": f"w{w}", "code": code.json()["codes"][0]},
+            )
+            reports = [  # "maybe" is never reported
+                {"task": f"t{i}", "value": ["no", "yes"][int(gen.random() < 0.7)]}
+                for i in range(30)
+            ]
+            mechanism = {"name": "one-layer", "params": made["mechanism"]["params"]}
+            sent = api.post(
+                f"/campaigns/{cid}/submissions",
+                json={"mechanism": mechanism, "reports": reports},
+                headers={
+                    "Authorization": f"Bearer {enrolled.json()['token']}",
+                    "Idempotency-Key": f"k{w}",
+                },
+            )
+            assert sent.status_code == 201, sent.text
+        run = api.post(f"/campaigns/{cid}/runs", headers=auth).json()
+        deadline = time.monotonic() + 60
+        while run["status"] not in ("done", "failed") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            run = api.get(f"/campaigns/{cid}/runs/{run['run_id']}", headers=auth).json()
+        assert run["status"] == "done", run
+        result = api.get(f"/campaigns/{cid}/results", headers=auth).json()
+        with app.state.engine.connect() as conn:
+            row = conn.execute(sa.select(t_campaigns).where(t_campaigns.c.id == cid)).first()
+        answers, mech = aggregate.load(app.state.engine, row)
+    assert not list(tmp_path.glob("privtd-run-*"))  # the reports' Parquet file is removed
+    mem = make_estimator(method, mechanism=mech).fit(answers)
+    assert calls == [type(mem).__name__]  # the run went through the cluster
+    expected = {k: v for k, v in mem.truths_.items() if k in result["truths"]}
+    assert set(result["truths"]) == {f"t{i}" for i in range(30)}
+    assert mem.probas_.shape[1] == 3  # the campaign's domain, "maybe" included
+    assert result["truths"] == {str(k): str(v) for k, v in expected.items()}
+    app.state.engine.dispose()
