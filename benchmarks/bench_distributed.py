@@ -55,7 +55,13 @@ def generate(
     accuracy = np.random.default_rng(0).uniform(0.4, 0.95, n_workers)
     paths = [folder / f".part-{i:05d}.parquet" for i in range(n_files)]
     schema = pa.schema([("task", pa.int64()), ("worker", pa.int64()), ("answer", pa.int8())])
-    writers = [pq.ParquetWriter(p, schema) for p in paths]
+    n_chunks = -(-n_tasks // CHUNK_TASKS)
+    # Slice j of chunk c goes to file (c + j) % files; a file is closed once it has all of its
+    # slices, so only a few are open at a time (1,000 open files would pass the usual limit).
+    pending = np.bincount(
+        (np.arange(n_chunks)[:, None] + np.arange(per_task)).ravel() % n_files, minlength=n_files
+    )
+    writers: dict[int, pq.ParquetWriter] = {}
     try:
         for c, lo in enumerate(range(0, n_tasks, CHUNK_TASKS)):
             hi = min(n_tasks, lo + CHUNK_TASKS)
@@ -73,9 +79,15 @@ def generate(
                     {"task": np.arange(lo, hi, dtype=np.int64), "worker": worker, "answer": answer},
                     schema=schema,
                 )
-                writers[(c + j) % n_files].write_table(table)
+                f = (c + j) % n_files
+                if f not in writers:
+                    writers[f] = pq.ParquetWriter(paths[f], schema)
+                writers[f].write_table(table)
+                pending[f] -= 1
+                if pending[f] == 0:
+                    writers.pop(f).close()
     finally:
-        for w in writers:
+        for w in writers.values():
             w.close()
     for p in paths:  # visible only once complete: a killed run leaves no half data set
         p.rename(p.with_name(p.name[1:]))
