@@ -191,6 +191,67 @@ def test_latent_class_same_labels_as_in_memory(partitions, files, ingested):
         fit_distributed(make_estimator("lc"), ingested("cat", 3))
 
 
+def _mechanism(name, k):
+    from privtd.mechanisms import OneLayerRR, TwoLayerRR
+
+    return {
+        "none": None,
+        "one-layer": OneLayerRR(0.2, n_labels=k),
+        "two-layer": TwoLayerRR(0.1, 0.3, n_labels=k),
+    }[name]
+
+
+# The aware estimators run their own EM (SQUAREM jumps, the orientation check with two labels)
+# with the truth step on the shards: the same labels for every mechanism and partition count.
+AWARE_CASES = [
+    (m, mech, kind, p)
+    for m in ("aware-ds", "aware-one-coin")
+    for mech, kind, p in [
+        ("one-layer", "cat", 1),
+        ("one-layer", "cat", 3),
+        ("two-layer", "cat", 7),
+        ("none", "bin", 3),
+        ("two-layer", "bin", 7),
+    ]
+]
+
+
+@pytest.mark.parametrize(("method", "mechanism", "kind", "partitions"), AWARE_CASES)
+def test_aware_estimators_same_labels_as_in_memory(
+    method, mechanism, kind, partitions, files, ingested
+):
+    k = 3 if kind == "cat" else 2
+    params = {"mechanism": _mechanism(mechanism, k), "max_iter": 12}
+    mem, dist = _both(method, params, files[f"{kind}_frame"], ingested(kind, partitions))
+    _assert_same(mem, dist, numeric=False)
+    np.testing.assert_allclose(dist.priors_, mem.priors_, rtol=1e-9)
+    if method == "aware-ds":
+        np.testing.assert_allclose(dist.confusions_, mem.confusions_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["aware-ds", "aware-one-coin"])
+def test_aware_orientation_refit_from_the_mirror_is_the_same(method, files, ingested, monkeypatch):
+    """Force the orientation check's refit from the mirrored posteriors (agreement with
+    majority vote read upside down, in memory and on the cluster alike): same labels."""
+    from privtd.inference.distributed import _fit
+    from privtd.inference.perturbation_aware import TruthStep
+
+    calls: list[str] = []
+    for cls in (TruthStep, _fit._ShardTruth):
+        real = cls.agreement
+
+        def upside_down(self, mu, real=real, name=cls.__name__):
+            calls.append(name)
+            return 1.0 - real(self, mu)
+
+        monkeypatch.setattr(cls, "agreement", upside_down)
+    params = {"mechanism": _mechanism("one-layer", 2), "max_iter": 8}
+    mem, dist = _both(method, params, files["bin_frame"], ingested("bin", 3))
+    # Each fit measured its first fit and the refit from the mirror.
+    assert calls.count("TruthStep") == 2 and calls.count("_ShardTruth") == 2
+    _assert_same(mem, dist, numeric=False)
+
+
 def test_crh_absolute_loss_uses_exact_per_task_weighted_medians(files, ingested):
     params = {"loss": "absolute", "max_iter": 4, "tol": 0.0}
     mem, dist = _both("crh", params, files["num_frame"], ingested("num", 3))
@@ -234,8 +295,31 @@ def test_a_pair_repeated_across_files_is_an_error(files, client, tmp_path):
     frame = files["cat_frame"]
     frame.iloc[:50].to_parquet(tmp_path / "a.parquet", index=False)
     frame.iloc[40:90].to_parquet(tmp_path / "b.parquet", index=False)
-    with pytest.raises(ValidationError, match="10 answer"):
+    with pytest.raises(ValidationError, match="10 answer") as info:
         ingest(tmp_path, client, partitions=3)
+    # Both answers named by file and row: b's first 10 rows are a's rows 41 to 50.
+    import re
+
+    found = re.search(
+        r"a\.parquet' data row (\d+) and .*b\.parquet' data row (\d+)", str(info.value)
+    )
+    assert found and int(found[1]) == int(found[2]) + 40
+    assert "\n" not in str(info.value)
+
+
+def test_task_ids_of_different_types_across_files_are_an_error(files, client, tmp_path):
+    """5 in one file and "5" in another would be two tasks: refused, naming both files."""
+    frame = files["bin_frame"].copy()
+    frame["task"] = frame["task"].astype(str).str.extract(r"(\d+)", expand=False).astype(int)
+    frame.iloc[:300].to_parquet(tmp_path / "a.parquet", index=False)
+    strings = frame.iloc[300:].assign(task=lambda f: f["task"].astype(str))
+    strings.to_parquet(tmp_path / "b.parquet", index=False)
+    with pytest.raises(ValidationError, match=r"integer in .*a\.parquet.* but string in .*b\.parq"):
+        ingest(tmp_path, client, partitions=2)
+    strings.to_csv(tmp_path / "b.csv", index=False)  # CSV ids are strings, Parquet's integers
+    (tmp_path / "b.parquet").unlink()
+    with pytest.raises(ValidationError, match="Task ids are integer"):
+        ingest(tmp_path, client, partitions=2)
 
 
 def run(args, capsys):
@@ -340,30 +424,56 @@ def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
         outputs[engine] = (pd.read_csv(out), pd.read_csv(probas))
     assert outputs["dask"][0].equals(outputs["memory"][0])
     np.testing.assert_allclose(outputs["dask"][1].iloc[:, 1:], outputs["memory"][1].iloc[:, 1:])
+    # -o NAME.parquet: a folder of Parquet files the workers wrote, the same truths.
+    folder = tmp_path / "dask.parquet"
+    args = ["infer", str(files["cat"]), "-m", "one-coin-ds", "-o", str(folder)]
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(folder).set_index("task")["truth"]  # pyarrow reads the folder
+    mem = outputs["memory"][0].set_index("task")["truth"]
+    assert got.loc[mem.index].to_numpy().tolist() == mem.to_numpy().tolist()
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    assert code == 2 and "is a directory" in err  # click refuses an existing folder
+    code, _, err = run([*args[:-1], str(tmp_path / "m.parquet")], capsys)
+    assert code == 2 and "--engine dask" in err and not (tmp_path / "m.parquet").exists()
 
 
-def test_a_worker_killed_mid_fit_stops_the_fit_with_one_line(files):
-    """Dask has forgotten the earlier passes a lost shard's state came from, so the fit cannot
-    resume: it must stop with a PrivtdError, not hang or return a partial result."""
+def test_a_worker_killed_mid_fit_is_survived_with_the_same_labels(files):
+    """Kill one of two worker processes (its nanny restarts it) during an iteration: Dask
+    recomputes the lost shards from the files and the lost passes from their lineage, and the
+    fit ends as an undisturbed one. DS reads nothing of the previous pass, WV and CRH carry
+    their truths from pass to pass, aware-one-coin runs its own EM with jumps."""
     import signal
 
-    from privtd.errors import PrivtdError
+    cases = {
+        "ds": {"max_iter": 6, "tol": 0.0},
+        "wv": {"max_iter": 5},
+        "crh": {"max_iter": 5},
+        "aware-one-coin": {"max_iter": 6},
+    }
+    with connect(workers=2) as cl:
+        data = ingest(files["cat"], cl, partitions=4)
+        for method, params in cases.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                calm = fit_distributed(make_estimator(method, **params), data)
+                victim = sorted(cl.scheduler_info()["workers"])[0]
+                pid = cl.run(os.getpid, workers=[victim])[victim]
+                est = make_estimator(method, **params)
+                killed = []
 
-    with connect(workers=1) as cl:
-        data = ingest(files["cat"], cl, partitions=2)
-        victim = sorted(cl.scheduler_info()["workers"])[0]
-        pid = cl.run(os.getpid, workers=[victim])[victim]
-        est = make_estimator("ds", max_iter=8, tol=0.0)
+                def kill(n_iter, max_iter, pid=pid, killed=killed):
+                    if n_iter == 2 and not killed:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(n_iter)
 
-        def kill(n_iter, max_iter):
-            if n_iter == 3:
-                os.kill(pid, signal.SIGKILL)
-
-        est.progress = kill
-        with pytest.raises(PrivtdError, match="worker died") as info:
-            fit_distributed(est, data)
-        assert "\n" not in str(info.value)
-        assert "truths_" not in vars(est)
+                est.progress = kill
+                fit_distributed(est, data)
+            assert killed, method
+            assert est.truths_.equals(calm.truths_), method
+            assert est.n_iter_ == calm.n_iter_, method
+            np.testing.assert_allclose(est.objective_, calm.objective_, rtol=1e-12)
+            cl.wait_for_workers(2, timeout=30)
 
 
 def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
@@ -408,6 +518,8 @@ GOLD_CASES = [
     ("cat", "wv", {"max_iter": 4}),
     ("cat", "ds", {"max_iter": 5, "tol": 0.0}),
     ("cat", "one-coin-ds", {"max_iter": 5, "tol": 0.0}),
+    ("cat", "aware-ds", {"max_iter": 6}),
+    ("bin", "aware-one-coin", {"max_iter": 6}),
     ("cat", "crh", {"max_iter": 4}),
     ("bin", "lc", {"max_iter": 5, "tol": 0.0}),
     ("num", "median", {}),
@@ -439,3 +551,161 @@ def test_gold_naming_an_unknown_task_or_label_is_one_line(ingested):
         fit_distributed(make_estimator("mv"), data, gold={"no-such-task": 0})
     with pytest.raises(ValidationError, match="outside the answer domain"):
         fit_distributed(make_estimator("mv"), data, gold={"t0": 99})
+
+
+def test_tree_reduction_adds_in_float64_and_takes_the_largest_change():
+    from privtd.inference.distributed._shard import Largest, combine
+
+    a = (np.array([1, 2], dtype=np.int64), Largest(0.5), 3, None)
+    b = (np.array([0.25, 0.5]), Largest(0.125), 4, None)
+    arr, largest, count, nothing = combine(a, b)
+    assert arr.dtype == np.float64 and arr.tolist() == [1.25, 2.5]
+    assert isinstance(largest, Largest) and largest == 0.5
+    assert count == 7 and nothing is None
+
+
+@pytest.mark.parametrize(
+    ("method", "kind"), [("one-coin-ds", "cat"), ("wv", "cat"), ("gtm", "num")]
+)
+def test_results_written_by_the_workers_as_parquet(method, kind, files, ingested, tmp_path):
+    params = {"one-coin-ds": {"max_iter": 5, "tol": 0.0}, "wv": {"max_iter": 4}, "gtm": {}}[method]
+    frame = files[f"{kind}_frame"]
+    mem = make_estimator(method, **params).fit(Answers.from_frame(frame))
+    out = tmp_path / "truths.parquet"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dist = fit_distributed(make_estimator(method, **params), ingested(kind, 3), output=out)
+    assert dist.output_ == str(out) and not hasattr(dist, "truths_")
+    parts = sorted(out.iterdir())
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(3)]
+    assert [p.name for p in tmp_path.iterdir()] == ["truths.parquet"]  # no temporary left
+    got = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True).set_index("task")
+    assert len(got) == len(mem.truths_) and not got.index.duplicated().any()
+    got = got.loc[mem.truths_.index]
+    if kind == "num":
+        np.testing.assert_allclose(got["truth"], mem.truths_, rtol=1e-9)
+        assert list(got.columns) == ["truth"]
+    else:
+        assert (got["truth"].to_numpy() == mem.truths_.to_numpy()).all()
+        probas = got[[f"p_{label}" for label in mem.probas_.columns]].to_numpy()
+        np.testing.assert_allclose(probas, mem.probas_.to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(dist.weights_["weight"], mem.weights_["weight"], rtol=1e-9)
+
+
+def test_parquet_output_is_all_or_nothing(ingested, tmp_path):
+    out = tmp_path / "truths.parquet"
+    with pytest.raises(ValidationError, match="binary"):  # fails mid-fit, after the folder
+        fit_distributed(make_estimator("lc"), ingested("cat", 3), output=out)
+    assert list(tmp_path.iterdir()) == []
+    out.mkdir()
+    with pytest.raises(ValidationError, match="exists"):
+        fit_distributed(make_estimator("mv"), ingested("cat", 3), output=out)
+
+
+@pytest.mark.parametrize("method", ["aware-ds", "mv"])
+def test_service_aggregates_a_campaign_through_the_cluster(method, client, files):
+    """``privtd serve --dask-scheduler``: the campaign's reports (integer-coded, read from the
+    database) go to the cluster as Parquet; the campaign's label domain is kept, a label
+    with no report included; the same truths as the in-memory fit."""
+    pytest.importorskip("sqlalchemy")
+    from privtd.mechanisms import OneLayerRR
+    from privtd.service.aggregate import fit_on_cluster
+
+    frame = files["bin_frame"].sample(frac=1.0, random_state=8)  # reports in arrival order
+    codes = Answers.from_frame(frame)
+    answers = Answers(
+        task=codes.task,
+        worker=codes.worker,
+        value=codes.value,
+        tasks=pd.Index([f"t{t}" for t in codes.tasks]),
+        workers=codes.workers,
+        labels=pd.Index([0, 1, 2], name="label"),  # the campaign's domain: 2 never reported
+    )
+    params = {"mechanism": OneLayerRR(0.2, n_labels=3), "max_iter": 8} if method != "mv" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator(method, **params).fit(answers)
+        dist = fit_on_cluster(make_estimator(method, **params), answers, client.scheduler.address)
+    assert list(dist.probas_.columns) == [0, 1, 2]
+    assert dist.truths_.equals(mem.truths_)
+    np.testing.assert_allclose(dist.probas_, mem.probas_, atol=1e-9)
+
+
+def test_a_served_campaign_is_aggregated_on_the_cluster(client, tmp_path, monkeypatch):
+    """``create_app(dask_scheduler=...)`` (``privtd serve --dask-scheduler``): a campaign's run
+    goes through the cluster and reports what an in-memory fit of its reports gives."""
+    pytest.importorskip("fastapi")
+    import sqlalchemy as sa
+    from fastapi.testclient import TestClient
+
+    from privtd.service import aggregate, create_app
+    from privtd.service.schema import campaigns as t_campaigns
+
+    calls: list[str] = []
+    real = aggregate.fit_on_cluster
+
+    def recorded(estimator, *args, **kwargs):
+        calls.append(type(estimator).__name__)
+        return real(estimator, *args, **kwargs)
+
+    monkeypatch.setattr(aggregate, "fit_on_cluster", recorded)
+    token = "requester-secret-token-for-dask-tests"
+    auth = {"Authorization": f"Bearer {token}"}
+    app = create_app(
+        f"sqlite:///{tmp_path / 's.db'}",
+        requester_token=token,
+        dask_scheduler=client.scheduler.address,
+        dask_dir=str(tmp_path),
+    )
+    body = {
+        "name": "smiles",
+        "tasks": [{"key": f"t{i}", "text": f"image {i}"} for i in range(30)],
+        "mechanism": "one-layer",
+        "epsilon": 2.0,
+        "labels": ["no", "yes", "maybe"],
+        "budget": 100.0,
+    }
+    gen = np.random.default_rng(4)
+    with TestClient(app) as api:
+        made = api.post("/campaigns", json=body, headers=auth).json()
+        cid = made["id"]
+        method = made["method"]  # the campaign's perturbation-aware default
+        assert method in DISTRIBUTED_METHODS
+        for w in range(6):
+            code = api.post(f"/campaigns/{cid}/codes", json={"count": 1}, headers=auth)
+            enrolled = api.post(
+                f"/campaigns/{cid}/workers",
+                json={"name": f"w{w}", "code": code.json()["codes"][0]},
+            )
+            reports = [  # "maybe" is never reported
+                {"task": f"t{i}", "value": ["no", "yes"][int(gen.random() < 0.7)]}
+                for i in range(30)
+            ]
+            mechanism = {"name": "one-layer", "params": made["mechanism"]["params"]}
+            sent = api.post(
+                f"/campaigns/{cid}/submissions",
+                json={"mechanism": mechanism, "reports": reports},
+                headers={
+                    "Authorization": f"Bearer {enrolled.json()['token']}",
+                    "Idempotency-Key": f"k{w}",
+                },
+            )
+            assert sent.status_code == 201, sent.text
+        run = api.post(f"/campaigns/{cid}/runs", headers=auth).json()
+        deadline = time.monotonic() + 60
+        while run["status"] not in ("done", "failed") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            run = api.get(f"/campaigns/{cid}/runs/{run['run_id']}", headers=auth).json()
+        assert run["status"] == "done", run
+        result = api.get(f"/campaigns/{cid}/results", headers=auth).json()
+        with app.state.engine.connect() as conn:
+            row = conn.execute(sa.select(t_campaigns).where(t_campaigns.c.id == cid)).first()
+        answers, mech = aggregate.load(app.state.engine, row)
+    assert not list(tmp_path.glob("privtd-run-*"))  # the reports' Parquet file is removed
+    mem = make_estimator(method, mechanism=mech).fit(answers)
+    assert calls == [type(mem).__name__]  # the run went through the cluster
+    expected = {k: v for k, v in mem.truths_.items() if k in result["truths"]}
+    assert set(result["truths"]) == {f"t{i}" for i in range(30)}
+    assert mem.probas_.shape[1] == 3  # the campaign's domain, "maybe" included
+    assert result["truths"] == {str(k): str(v) for k, v in expected.items()}
+    app.state.engine.dispose()

@@ -196,7 +196,8 @@ def cli() -> None:
     "-o",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV to write: task,truth.",
+    help="CSV to write: task,truth. With --engine dask, a name ending in .parquet is a folder "
+    "the workers write, one Parquet file per shard (see docs/scale.md).",
 )
 @click.option(
     "--workers-output",
@@ -321,6 +322,20 @@ def infer(
         single_task=single_task,
         single_worker=single_worker,
     )
+    parquet = output.lower().endswith((".parquet", ".pq"))
+    if parquet:
+        if engine != "dask":
+            raise ValidationError(
+                f"{output!r}: Parquet results are written by the Dask engine's workers. Add "
+                "--engine dask, or name a .csv output."
+            )
+        if probas_output:
+            raise ValidationError(
+                "With a Parquet --output the probabilities are in its files (p_<label> "
+                "columns); drop --probas-output."
+            )
+        if os.path.lexists(output):
+            raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
     data: Any
     if engine == "dask":
         from .inference import distributed
@@ -376,14 +391,17 @@ def infer(
     with _progress(show, f"{method}") as tick:
         estimator.progress = tick
         if engine == "dask":
-            distributed.fit_distributed(estimator, data, gold=gold_series)
+            distributed.fit_distributed(
+                estimator, data, gold=gold_series, output=output if parquet else None
+            )
         else:
             estimator.fit(data, gold=gold_series)
     elapsed = time.perf_counter() - start
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:
         raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
-    _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
+    if not parquet:  # a Parquet output is written by then
+        _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
     if workers_output:
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
     if probas_output and estimator.probas_ is not None:
@@ -1133,7 +1151,29 @@ def _service() -> Any:
     help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
     "are given (and take no reports for one made under a laxer ceiling).",
 )
-def serve(url: str, host: str, port: int, requester_token: str | None, max_epsilon: float) -> None:
+@click.option(
+    "--dask-scheduler",
+    envvar="PRIVTD_DASK_SCHEDULER",
+    metavar="tcp://HOST:PORT",
+    help="Aggregate campaigns on this Dask cluster (env PRIVTD_DASK_SCHEDULER), for the "
+    "methods that run there (docs/scale.md); the others, in this process.",
+)
+@click.option(
+    "--dask-dir",
+    envvar="PRIVTD_DASK_DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="With --dask-scheduler: a folder every Dask worker can read, for the campaign's "
+    "reports as Parquet (default: the system's temporary folder).",
+)
+def serve(
+    url: str,
+    host: str,
+    port: int,
+    requester_token: str | None,
+    max_epsilon: float,
+    dask_scheduler: str | None,
+    dask_dir: str | None,
+) -> None:
     """Run the collection service: workers submit perturbed reports, the requester aggregates.
 
     The API is described at /docs (OpenAPI at /openapi.json); workers' page at /collect.
@@ -1141,7 +1181,13 @@ def serve(url: str, host: str, port: int, requester_token: str | None, max_epsil
     service = _service()
     import uvicorn
 
-    app = service.create_app(url, requester_token=requester_token, max_epsilon=max_epsilon)
+    app = service.create_app(
+        url,
+        requester_token=requester_token,
+        max_epsilon=max_epsilon,
+        dask_scheduler=dask_scheduler,
+        dask_dir=dask_dir,
+    )
     if app.state.new_requester_token:
         click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
     if app.state.runner.interrupted:

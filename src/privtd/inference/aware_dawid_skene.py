@@ -37,7 +37,7 @@ from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
-from .perturbation_aware import flip_law, majority_orientation
+from .perturbation_aware import TruthStep, flip_law, majority_orientation
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
 _BLOCK_CELLS = 2_000_000
@@ -168,6 +168,28 @@ def _jump(
     return pi, q, prior, log_conf, bound_terms(pi, q, log_h, alpha)
 
 
+class ConfusionTruth(TruthStep):
+    """AwareDawidSkene's truth step in memory: expected report-truth counts per worker, the
+    Dawid-Skene kernel on expected log confusions."""
+
+    def __init__(
+        self, answers: Answers, layout: _kernels.TaskLayout, gold: np.ndarray, wx: np.ndarray
+    ) -> None:
+        super().__init__(answers, layout, gold)
+        self.wx = wx
+
+    def start(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The posteriors, each worker's report-truth counts under them, their column sums."""
+        n_rows = self.answers.n_workers * self.answers.n_labels
+        counts = _kernels.gather_scatter(self.wx, self.layout.task, mu, n_rows)
+        return mu, counts, mu.sum(axis=0)
+
+    def step(
+        self, log_conf: np.ndarray, log_prior: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        return _kernels.ds_step(self.layout, self.wx, log_conf, log_prior, self.gold)
+
+
 class AwareDawidSkene(Estimator):
     """Dawid-Skene with the public randomized-response channel in the likelihood (see module
     doc).
@@ -235,22 +257,38 @@ class AwareDawidSkene(Estimator):
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        flips, flip_weight = flip_law(self.mechanism, k, owner=type(self).__name__)
-        self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
-        channel = report_channel(flips, k)
         layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
         wx = layout.worker.astype(np.int64) * k + layout.value
         wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
-        gold_labels = gold_array(gold, n_t)
+        truth = ConfusionTruth(answers, layout, gold_array(gold, n_t), wx)
+        prior_start = None if self._warm is None else self._warm.array("class_prior", (k,))
+        start = soft_majority(answers, gold, self._warm)
+        self._fit_em(answers, truth, start, gold is None, prior_start)
+
+    def _fit_em(
+        self,
+        answers: Answers,
+        truth: Any,
+        start_mu: Any,
+        orient: bool,
+        prior_start: np.ndarray | None = None,
+    ) -> None:
+        """The fit from a truth step (:class:`ConfusionTruth`, or the Dask engine's over
+        shards) and its start; ``orient``: whether to pick the orientation majority vote agrees
+        with (without gold)."""
+        k = answers.n_labels
+        flips, flip_weight = flip_law(self.mechanism, k, owner=type(self).__name__)
+        self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
+        channel = report_channel(flips, k)
         typical = np.full((k, k), (1.0 - self.prior_diagonal) / (k - 1))
         np.fill_diagonal(typical, self.prior_diagonal)
         alpha = self.prior_strength * typical
-        model = (layout, wx, gold_labels, channel, np.log(flip_weight), alpha)
-        prior_start = None if self._warm is None else self._warm.array("class_prior", (k,))
-        fit = self._em(answers, model, soft_majority(answers, gold, self._warm), prior_start)
-        if k == 2 and gold is None:
-            fit = majority_orientation(answers, fit, lambda mu: self._em(answers, model, mu, None))
+        model = (truth, channel, np.log(flip_weight), alpha)
+        fit = self._em(answers, model, start_mu, prior_start)
+        if k == 2 and orient:
+            fit = majority_orientation(fit, lambda mu: self._em(answers, model, mu, None), truth)
         mu, pi, q, prior, n_iter, converged, objective = fit
+        answers, mu = truth.finish(mu)
         self.confusions_ = pi
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         observed = (q[:, :, None, None] * compose(pi, channel)).sum(axis=1)
@@ -273,18 +311,20 @@ class AwareDawidSkene(Estimator):
         self,
         answers: Answers,
         model: tuple[Any, ...],
-        mu: np.ndarray,
+        mu: Any,
         prior_start: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
         """EM from the task posteriors ``mu``; returns the posteriors, own confusions, flip
         posteriors, class prior, iterations, convergence and objective."""
-        layout, wx, gold_labels, channel, log_h, alpha = model
+        truth, channel, log_h, alpha = model
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        mu, flat_counts, mu_sum = truth.start(mu)
         if self.class_prior == "uniform":
             prior = np.full(k, 1.0 / k)
         else:
-            prior = mu.mean(axis=0) if prior_start is None else prior_start.copy()
-        counts = _kernels.gather_scatter(wx, layout.task, mu, n_w * k).reshape(n_w, k, k)
+            # mu_sum / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
+            prior = mu_sum / n_t if prior_start is None else prior_start.copy()
+        counts = flat_counts.reshape(n_w, k, k)
         typical = alpha / alpha.sum(axis=0)
         pi = np.broadcast_to(typical, (n_w, k, k)).copy()
         # Every worker starts as the typical one: one composed confusion gives the flip step.
@@ -310,12 +350,8 @@ class AwareDawidSkene(Estimator):
             passes += 1
             self._tick(passes)
             pi, q, prior, log_conf, bound = state
-            mu, flat_counts, prior_sum, loglik = _kernels.ds_step(
-                layout,
-                wx,
-                log_conf.reshape(n_w * k, k),
-                np.log(np.maximum(prior, EPS)),
-                gold_labels,
+            mu, flat_counts, prior_sum, loglik = truth.step(
+                log_conf.reshape(n_w * k, k), np.log(np.maximum(prior, EPS))
             )
             # The bound EM climbs: the truth step's log-likelihood, plus the Dirichlet prior's
             # log density of the confusions, less each worker's flip posterior's divergence from

@@ -103,19 +103,60 @@ def accuracy_cells(
     return centres, conv
 
 
-def majority_orientation(answers: Answers, fit: FitT, refit: Callable[[np.ndarray], FitT]) -> FitT:
+def majority_orientation(fit: FitT, refit: Callable[[Any], FitT], truth: Any) -> FitT:
     """With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every label
     swapped, every worker's accuracy or confusion with them) explain the reports almost equally
     well, and EM can land in either. Keep the orientation in which most workers tell the truth:
-    the one that agrees with majority vote more (``fit[0]`` holds the task posteriors;
-    ``refit`` runs EM again from given posteriors)."""
-    majority = soft_majority(answers, None).argmax(axis=1)
-    agree = float((fit[0].argmax(axis=1) == majority).mean())
+    the one that agrees with majority vote more (``fit[0]`` holds the task posteriors, as
+    ``truth`` holds them: ``truth.agreement`` measures them against majority vote and
+    ``truth.mirror`` swaps their labels; ``refit`` runs EM again from given posteriors)."""
+    agree = truth.agreement(fit[0])
     if agree < 0.5:
-        mirror = refit(fit[0][:, ::-1].copy())
-        if float((mirror[0].argmax(axis=1) == majority).mean()) > agree:
+        mirror = refit(truth.mirror(fit[0]))
+        if truth.agreement(mirror[0]) > agree:
             return mirror
     return fit
+
+
+class TruthStep:
+    """The per-answer half of an aware EM, on answers in memory: its start from task
+    posteriors, its truth step (a kernel pass over the answers), and what the fit reads of the
+    posteriors. ``privtd.inference.distributed`` passes an object with the same methods that
+    runs each on the shards of a Dask cluster, the posteriors staying there."""
+
+    def __init__(self, answers: Answers, layout: _kernels.TaskLayout, gold: np.ndarray) -> None:
+        self.answers = answers
+        self.layout = layout
+        self.gold = gold
+        self._majority: np.ndarray | None = None
+
+    def agreement(self, mu: np.ndarray) -> float:
+        """The share of tasks whose most probable label is majority vote's."""
+        if self._majority is None:
+            self._majority = soft_majority(self.answers, None).argmax(axis=1)
+        return float((mu.argmax(axis=1) == self._majority).mean())
+
+    @staticmethod
+    def mirror(mu: np.ndarray) -> np.ndarray:
+        return mu[:, ::-1].copy()
+
+    def finish(self, mu: np.ndarray) -> tuple[Answers, np.ndarray]:
+        """The answers to report the results on, and the posteriors as an array."""
+        return self.answers, mu
+
+
+class OneCoinTruth(TruthStep):
+    """AwareOneCoin's truth step in memory: expected matches per worker, the one-coin kernel."""
+
+    def start(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The posteriors, each worker's expected matches under them, their column sums."""
+        a = self.answers
+        return mu, _kernels.pick_sum(a.task, a.value, a.worker, mu, a.n_workers), mu.sum(axis=0)
+
+    def step(
+        self, log_right: np.ndarray, log_wrong: np.ndarray, log_prior: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        return _kernels.one_coin_step(self.layout, log_right, log_wrong, log_prior, self.gold)
 
 
 class AwareOneCoin(Estimator):
@@ -185,7 +226,15 @@ class AwareOneCoin(Estimator):
             )
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, k = answers.n_tasks, answers.n_labels
+        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, answers.n_tasks)
+        truth = OneCoinTruth(answers, layout, gold_array(gold, answers.n_tasks))
+        self._fit_em(answers, truth, soft_majority(answers, gold, self._warm), gold is None)
+
+    def _fit_em(self, answers: Answers, truth: Any, start_mu: Any, orient: bool) -> None:
+        """The fit from a truth step (:class:`OneCoinTruth`, or the Dask engine's over shards)
+        and its start; ``orient``: whether to pick the orientation majority vote agrees with
+        (without gold)."""
+        k = answers.n_labels
         flips, flip_weight = flip_law(self.mechanism, k)
         s = np.linspace(0.0, 1.0, self.grid)
         acc, conv = accuracy_cells(s, flips, flip_weight, k)
@@ -197,9 +246,6 @@ class AwareOneCoin(Estimator):
         g0 /= g0.sum()
 
         counts = answers.worker_counts().astype(np.float64)
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
-        gold_labels = gold_array(gold, n_t)
-        start_mu = soft_majority(answers, gold, self._warm)
         basis = np.column_stack([log_right_grid, log_wrong_grid])
         grids = (g0, conv, basis)
         resume = None
@@ -208,14 +254,13 @@ class AwareOneCoin(Estimator):
                 self._warm.array("accuracy_prior", (self.grid,)),
                 self._warm.array("class_prior", (k,)),
             )
-        fit = self._em(answers, layout, counts, gold_labels, start_mu, grids, resume)
-        if k == 2 and gold is None:
+        fit = self._em(answers, truth, counts, start_mu, grids, resume)
+        if k == 2 and orient:
             fit = majority_orientation(
-                answers,
-                fit,
-                lambda mu: self._em(answers, layout, counts, gold_labels, mu, grids),
+                fit, lambda mu: self._em(answers, truth, counts, mu, grids), truth
             )
         mu, matches, g, prior, n_iter, converged, objective = fit
+        answers, mu = truth.finish(mu)
         pi = g @ conv
         # A worker's own accuracy given its observed one: E[s | A-cell] = sum_s s G_s C / pi.
         own = (s * g) @ conv / np.maximum(pi, 1e-300)
@@ -242,13 +287,12 @@ class AwareOneCoin(Estimator):
     def _em(
         self,
         answers: Answers,
-        layout: _kernels.TaskLayout,
+        truth: Any,
         counts: np.ndarray,
-        gold_labels: np.ndarray,
-        mu: np.ndarray,
+        mu: Any,
         grids: tuple[np.ndarray, np.ndarray, np.ndarray],
         resume: tuple[np.ndarray | None, np.ndarray | None] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
         """Variational EM from the task posteriors ``mu`` (and, resuming a previous fit, its
         ``G`` and class prior); returns the posteriors, the expected matches per worker, ``G``,
         the class prior, iterations, convergence and objective."""
@@ -256,10 +300,11 @@ class AwareOneCoin(Estimator):
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         g_start, prior_start = resume or (None, None)
         g = g0.copy() if g_start is None else g_start.copy()
-        prior = mu.mean(axis=0) if self.class_prior == "learned" else np.full(k, 1.0 / k)
+        # mu.sum(axis=0) / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
+        mu, matches, mu_sum = truth.start(mu)
+        prior = mu_sum / n_t if self.class_prior == "learned" else np.full(k, 1.0 / k)
         if prior_start is not None and self.class_prior == "learned":
             prior = prior_start.copy()
-        matches = _kernels.pick_sum(answers.task, answers.value, answers.worker, mu, n_w)
         learned = self.class_prior == "learned"
         objective: list[float] = []
         passes = 0
@@ -278,8 +323,8 @@ class AwareOneCoin(Estimator):
             # that reach it in proportion to G_s C[s, cell].
             ratio = mean_post / np.maximum(pi, 1e-300)
             g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
-            mu, matches, prior_sum, loglik = _kernels.one_coin_step(
-                layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
+            mu, matches, prior_sum, loglik = truth.step(
+                log_right, log_wrong, np.log(np.maximum(prior, EPS))
             )
             objective.append(loglik / answers.n_answers)
             if learned:

@@ -36,10 +36,20 @@ def now() -> datetime:
 
 
 class Runner:
-    """Runs one aggregation at a time per server (a fit uses every core numpy gives it)."""
+    """Runs one aggregation at a time per server (a fit uses every core numpy gives it).
 
-    def __init__(self, engine: sa.Engine) -> None:
+    With ``dask_scheduler`` (``privtd serve --dask-scheduler``), a campaign whose method runs
+    on a Dask cluster (``privtd.inference.DISTRIBUTED_METHODS``) is fitted there instead: its
+    reports are written as Parquet under ``dask_dir`` (a folder every Dask worker can read;
+    default: the system's temporary folder, enough for workers on this machine), the cluster
+    fits them, the file is removed. Such a run starts afresh (no warm start on a cluster)."""
+
+    def __init__(
+        self, engine: sa.Engine, dask_scheduler: str | None = None, dask_dir: str | None = None
+    ) -> None:
         self.engine = engine
+        self.dask_scheduler = dask_scheduler
+        self.dask_dir = dask_dir
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privtd-run")
         self.lock = threading.Lock()
         self.interrupted = self.fail_interrupted()
@@ -110,7 +120,10 @@ class Runner:
             if campaign.method in AWARE_METHODS:
                 params["mechanism"] = mech
             estimator = make_estimator(campaign.method, **params)
-            previous = self._previous(campaign) if estimator.warm_starts else None
+            on_cluster = self.dask_scheduler is not None and on_dask(campaign.method)
+            previous = None
+            if estimator.warm_starts and not on_cluster:
+                previous = self._previous(campaign)
             last = [0.0]
 
             def progress(n_iter: int, max_iter: int) -> None:
@@ -129,7 +142,12 @@ class Runner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 try:
-                    estimator.fit(answers, warm_start=None if previous is None else previous.state)
+                    if on_cluster:
+                        fit_on_cluster(estimator, answers, str(self.dask_scheduler), self.dask_dir)
+                    else:
+                        estimator.fit(
+                            answers, warm_start=None if previous is None else previous.state
+                        )
                 except Exception:  # noqa: BLE001 - whatever a bad state raises, fit afresh
                     if previous is None:
                         raise
@@ -147,7 +165,7 @@ class Runner:
                 status="done",
                 iteration=estimator.n_iter_,
                 result=result,
-                state=estimator.warm_state_ if estimator.warm_starts else None,
+                state=estimator.warm_state_ if estimator.warm_starts and not on_cluster else None,
                 finished_at=now(),
             )
         except PrivtdError as exc:
@@ -159,6 +177,50 @@ class Runner:
                 status="failed",
                 error=f"internal error: {type(exc).__name__}",
                 finished_at=now(),
+            )
+
+
+def on_dask(method: str) -> bool:
+    from ..inference.distributed import DISTRIBUTED_METHODS
+
+    return method in DISTRIBUTED_METHODS
+
+
+def fit_on_cluster(
+    estimator: Any, answers: Answers, scheduler: str, folder: str | None = None
+) -> Any:
+    """Fit ``estimator`` on the Dask cluster at ``scheduler`` on the campaign's reports,
+    written to a temporary Parquet file in ``folder`` (every worker must read it) and removed
+    after. Rows go in task order, each task's reports in their order, so that the fit sees the
+    tasks in campaign order; the label domain is the campaign's, labels without reports
+    included. The fitted ``truths_``/``probas_`` cover the tasks with reports only."""
+    import tempfile
+
+    from ..inference.distributed import connect, fit_distributed
+
+    order = np.argsort(answers.task, kind="stable")
+    if answers.labels is not None:
+        values: Any = answers.labels.take(answers.value[order])
+    else:
+        values = answers.value[order]
+    frame = pd.DataFrame(
+        {
+            "task": answers.tasks.take(answers.task[order]).astype(str),
+            "worker": answers.workers.take(answers.worker[order]).astype(str),
+            "answer": values,
+        }
+    )
+    kind = "numeric" if answers.labels is None else "categorical"
+    with tempfile.TemporaryDirectory(prefix="privtd-run-", dir=folder) as tmp:
+        path = f"{tmp}/reports.parquet"
+        frame.to_parquet(path, index=False)
+        with connect(scheduler=scheduler) as client:
+            return fit_distributed(
+                estimator,
+                path,
+                client=client,
+                kind=kind,
+                labels=None if answers.labels is None else list(answers.labels),
             )
 
 
@@ -219,7 +281,10 @@ def summarise(
     people = {r.id: r.name for r in rows}
     spent = {r.name: r.spent_epsilon for r in rows}
     truths = estimator.truths_
-    answered = np.bincount(answers.task, minlength=answers.n_tasks) > 0
+    # The tasks with reports: all of truths_ after a fit on a cluster, which sees only those.
+    answered = truths.index.isin(
+        answers.tasks[np.bincount(answers.task, minlength=answers.n_tasks) > 0]
+    )
     out_truths = {
         str(k): _json(v)
         for k, v, ok in zip(truths.index, truths.to_numpy(), answered, strict=True)

@@ -258,11 +258,15 @@ def create_app(
     *,
     requester_token: str | None = None,
     max_epsilon: float = campaigns.DEFAULT_MAX_EPSILON,
+    dask_scheduler: str | None = None,
+    dask_dir: str | None = None,
 ) -> FastAPI:
     """The API on the database at ``url``. ``requester_token``, if given, is registered as a
     requester's (its hash is stored); ``app.state.new_requester_token`` holds a token made
     because the database had no requester yet (``privtd serve`` prints it once).
-    ``max_epsilon``: the largest epsilon per answer a campaign may have (refused above)."""
+    ``max_epsilon``: the largest epsilon per answer a campaign may have (refused above).
+    ``dask_scheduler``: aggregate campaigns whose method runs on a Dask cluster there, their
+    reports written as Parquet under ``dask_dir`` (see docs/scale.md)."""
     if not (isinstance(max_epsilon, int | float) and 0 < max_epsilon < math.inf):
         raise PrivtdError(f"max_epsilon must be a positive finite number; got {max_epsilon!r}.")
     engine = db.connect(url)
@@ -278,7 +282,7 @@ def create_app(
     )
     app.state.engine = engine
     app.state.new_requester_token = requesters.ensure(engine, requester_token)
-    app.state.runner = aggregate.Runner(engine)
+    app.state.runner = aggregate.Runner(engine, dask_scheduler, dask_dir)
     app.state.max_epsilon = float(max_epsilon)
     app.add_middleware(BodyLimit)
 

@@ -95,9 +95,11 @@ def connect(
 
 
 def gather(client: Any, futures: list[Any]) -> list[Any]:
-    """``client.gather``, with a lost worker reported in one line. A pass depends on the
-    previous one, which Dask has already forgotten, so a shard lost mid-fit cannot be
-    recomputed: the fit stops rather than hang or return a partial result."""
+    """``client.gather``, with a lost worker that Dask could not make up for reported in one
+    line. Dask recomputes a lost shard and the passes it held from their lineage (files, then
+    passes, all kept as task definitions); when that fails too (every worker lost, or a task
+    that killed its worker again and again), the fit stops rather than hang or return a
+    partial result."""
     try:
         return list(client.gather(futures))
     except PrivtdError:
@@ -109,6 +111,7 @@ def gather(client: Any, futures: list[Any]) -> list[Any]:
         ):
             raise
         raise PrivtdError(
-            f"A Dask worker died or was cut off during the fit ({type(exc).__name__}), and the "
-            "shards it held are lost. Run the fit again; resuming it is not supported yet."
+            f"A Dask worker died or was cut off during the fit ({type(exc).__name__}) and Dask "
+            "could not recompute what it held. Check the workers' logs and memory, then run "
+            "the fit again."
         ) from None

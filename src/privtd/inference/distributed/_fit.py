@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -21,6 +23,7 @@ from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
 from .._base import Estimator, gold_series
+from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import EPS, DawidSkene
@@ -29,14 +32,17 @@ from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene
+from ..perturbation_aware import AwareOneCoin
 from ..weighted_vote import WeightedVote
 from . import _shard
 from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
 
-#: Params bigger than this (bytes) are scattered to every worker once per iteration rather
-#: than embedded in each shard's task.
-_SCATTER_BYTES = 1_000_000
+#: Params bigger than this (bytes) go to the cluster once per iteration, as one task every
+#: shard's pass reads, rather than embedded in each shard's task: the scheduler keeps a pass's
+#: definition as long as a later pass may need it recomputed (a lost worker), so embedded
+#: copies would cost it shards x iterations x params.
+_SHARED_BYTES = 10_000
 
 
 @dataclass
@@ -69,22 +75,76 @@ class _Passes:
         self.data = data
         self.client = data.client
         self.outs: list[Any] = [None] * data.n_partitions
+        self.has_gold = False
+        self.output: str | None = None  # a folder the workers write the results into
+        self.written_probas = False
 
-    def run(self, fn: Callable[..., Any], params: Any = None) -> list[Any]:
+    def write(self, folder: str) -> None:
+        """Each shard's final results written by the worker that holds it, as
+        ``folder/part-NNNNN.parquet``: the client never holds every task's result."""
+        client = self.client
+        labels = client.submit(_shard.const, self.data.labels, pure=False)
+        width = max(5, len(str(self.data.n_partitions)))
+        written = gather(
+            client,
+            [
+                client.submit(
+                    _shard.write_results,
+                    shard,
+                    out,
+                    labels,
+                    os.path.join(folder, f"part-{p:0{width}d}.parquet"),
+                    pure=False,
+                )
+                for p, (shard, out) in enumerate(zip(self.data.shards, self.outs, strict=True))
+            ],
+        )
+        self.written_probas = bool(written) and written[0][1]
+
+    def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
         """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
-        the statistics come back in partition order."""
+        the statistics come back summed over the shards."""
+        self.outs, stats = self.apply(fn, self.outs, params)
+        return stats
+
+    def apply(
+        self, fn: Callable[..., Any], prev: list[Any] | None, params: Any = None
+    ) -> tuple[list[Any], Any]:
+        """One pass from the given previous states (None: none); its per-shard futures (the
+        new states) and the statistics summed over the shards (``_shard.combine``).
+
+        Each pass is a task that depends on its shard and on the previous pass's task (unless
+        it reads nothing of it: ``_shard.STATELESS``). Dask keeps that lineage while a later
+        pass may need it, so when a worker dies it recomputes the lost shards (from the files)
+        and passes on the remaining workers, and the fit goes on with the same numbers."""
         submit = self.client.submit
-        if _nbytes(params) > _SCATTER_BYTES:
-            [params] = self.client.scatter([params], broadcast=True, hash=False)
+        if _nbytes(params) > _SHARED_BYTES:
+            params = submit(_shard.const, params, pure=False)
         backend = _kernels.get_backend()
-        self.outs = [
+        if prev is None or getattr(fn, "__name__", "") in _shard.STATELESS:
+            prev = [None] * self.data.n_partitions
+        outs = [
             submit(_on_shard, fn, backend, shard, out, params, pure=False)
-            for shard, out in zip(self.data.shards, self.outs, strict=True)
+            for shard, out in zip(self.data.shards, prev, strict=True)
         ]
-        return gather(self.client, [submit(_shard.second, o, pure=False) for o in self.outs])
+        # A tree reduction on the workers: neighbours added pairwise, level by level, in
+        # partition order, so the sum is the same for the same partitioning and the client
+        # receives one set of per-worker arrays however many shards there are.
+        level = [submit(_shard.second, o, pure=False) for o in outs]
+        while len(level) > 1:
+            pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
+            level = [submit(_shard.combine, *p, pure=False) if len(p) == 2 else p[0] for p in pairs]
+        [total] = gather(self.client, level)
+        return outs, total
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
-        """The per-task results, gathered once and put in the in-memory order of tasks."""
+        """The per-task results, gathered once and put in the in-memory order of tasks; with
+        ``output`` set, written by the workers instead (``write``) and none returned."""
+        if self.output is not None:
+            self.write(self.output)
+            k = 0 if self.data.labels is None else self.data.n_labels
+            none = np.zeros((0, k)) if self.written_probas else None
+            return pd.Index([], name="task"), np.zeros(0, dtype=np.int64), none
         parts = gather(
             self.client,
             [
@@ -120,14 +180,10 @@ def _nbytes(params: Any) -> int:
     return 0
 
 
-def _total(stats: Sequence[Any], index: int | None = None) -> np.ndarray:
-    """The sum of the shards' arrays in partition order, in float64."""
-    acc: np.ndarray | None = None
-    for s in stats:
-        part = np.asarray(s if index is None else s[index], dtype=np.float64)
-        acc = part.copy() if acc is None else acc + part
-    assert acc is not None
-    return acc
+def _total(stats: Any, index: int | None = None) -> np.ndarray:
+    """A field of the shards' statistics summed over the shards (see ``_Passes.apply``), as a
+    float64 array."""
+    return np.asarray(stats if index is None else stats[index], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- drivers
@@ -141,7 +197,7 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
     n_t, n_w, k = data.n_tasks, data.n_workers, data.n_labels
-    start = passes.run(_shard.ds_start)
+    start = passes.run(_shard.ds_start, False)
     prior = _total(start, 1) / n_t
     confusion = est._normalise(_total(start, 0), n_w, k)
     objective: list[float] = []
@@ -174,7 +230,7 @@ def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
 def _fit_one_coin(est: OneCoinDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
     n_t, k = data.n_tasks, data.n_labels
     counts = data.counts
-    start = passes.run(_shard.one_coin_start)
+    start = passes.run(_shard.one_coin_start, False)
     prior = _total(start, 1) / n_t
     skill = _total(start, 0) / counts
     objective: list[float] = []
@@ -254,7 +310,7 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
     converged = False
     weight = np.ones(data.n_workers)
     n_iter = 0
-    stats: list[Any] = []
+    stats: Any = None
     for n_iter in range(1, est.max_iter + 1):  # noqa: B007
         est._tick(n_iter)
         if n_iter > 1:  # the losses of the truths the last pass found
@@ -267,7 +323,7 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
         else:
             stats = passes.run(_shard.lw_num_pass, (weight, squared))
             # The largest change over all tasks: the max of the shards' maxima.
-            stop = max(float(s[1]) for s in stats) < est.tol
+            stop = float(stats[1]) < est.tol
         if stop:
             converged = True
             break
@@ -301,7 +357,7 @@ def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None
         stats = passes.run(_shard.lc_pass, est.m_finish(sums, mean))
         objective.append(float(_total(stats, 2)))
         sums, mean = _total(stats, 0), float(_total(stats, 1)) / data.n_tasks
-        if max(float(s[3]) for s in stats) < est.tol:
+        if float(stats[3]) < est.tol:
             converged = True
             break
     sens, spec, prior = est.m_finish(sums, mean)
@@ -352,6 +408,63 @@ def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
     )
 
 
+@dataclass
+class _Mirrored:
+    """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
+
+    outs: list[Any]
+
+
+class _ShardTruth:
+    """The aware estimators' truth step over the shards, with the methods of their in-memory
+    one (``perturbation_aware.TruthStep``): the posteriors stay on the workers, as the futures
+    of the pass that computed them; the per-worker sums come back, summed in a fixed order."""
+
+    def __init__(
+        self,
+        data: DistributedAnswers,
+        passes: _Passes,
+        start_fn: Callable[..., Any],
+        step_fn: Callable[..., Any],
+    ) -> None:
+        self.data, self.passes = data, passes
+        self.start_fn, self.step_fn = start_fn, step_fn
+
+    def start(self, mu: _Mirrored | None) -> tuple[list[Any], np.ndarray, np.ndarray]:
+        prev = None if mu is None else mu.outs
+        outs, stats = self.passes.apply(self.start_fn, prev, mu is not None)
+        return outs, _total(stats, 0), _total(stats, 1)
+
+    def step(self, *params: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray, float]:
+        outs, stats = self.passes.apply(self.step_fn, None, params)
+        return outs, _total(stats, 0), _total(stats, 1), float(_total(stats, 2))
+
+    def agreement(self, outs: list[Any]) -> float:
+        _, stats = self.passes.apply(_shard.majority_agree, outs)
+        return float(stats) / self.data.n_tasks
+
+    @staticmethod
+    def mirror(outs: list[Any]) -> _Mirrored:
+        return _Mirrored(outs)
+
+    def finish(self, outs: list[Any]) -> tuple[Answers, np.ndarray]:
+        self.passes.outs = outs
+        tasks, _, mu = self.passes.collect()
+        assert mu is not None
+        return _coded(self.data, tasks), mu
+
+
+def _fit_aware(start_fn: Callable[..., Any], step_fn: Callable[..., Any]) -> Callable[..., None]:
+    """AwareDawidSkene and AwareOneCoin: the estimator's own fit (``_fit_em``: its EM, SQUAREM
+    jumps, orientation check and results) with the truth step run over the shards."""
+
+    def fit(est: Any, data: DistributedAnswers, passes: _Passes) -> None:
+        truth = _ShardTruth(data, passes, start_fn, step_fn)
+        est._fit_em(cast(Answers, data), truth, None, not passes.has_gold)
+
+    return fit
+
+
 def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
     def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
         passes.run(fn)
@@ -372,6 +485,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     GTM: ("gtm", _fit_gtm),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
+    AwareDawidSkene: ("aware-ds", _fit_aware(_shard.ds_start, _shard.ds_pass)),
+    AwareOneCoin: ("aware-one-coin", _fit_aware(_shard.one_coin_start, _shard.one_coin_pass)),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -390,6 +505,7 @@ def fit_distributed(
     client: Any = None,
     partitions: int | None = None,
     gold: Any = None,
+    output: str | os.PathLike[str] | None = None,
     **read: Any,
 ) -> Estimator:
     """Fit ``estimator`` on a Dask cluster; the same fitted attributes as ``estimator.fit``.
@@ -398,8 +514,8 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median), with
-        ``tie_break="first"``.
+        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median,
+        AwareDawidSkene, AwareOneCoin), with ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
@@ -408,8 +524,15 @@ def fit_distributed(
         process per core, 127.0.0.1 only, no dashboard). Ignored when ``source`` is ingested.
     partitions : int, optional
         Number of shards when ingesting here (default: about 5e6 answers each).
-    gold : not taken yet
-        Gold truths are not supported on a cluster yet; fit in memory to use them.
+    gold : Series or mapping task -> truth, optional
+        Known truths, fixed during the fit as ``estimator.fit(..., gold=)`` fixes them.
+    output : path, optional
+        A folder to create for the per-task results, written by the workers as Parquet (one
+        ``part-NNNNN.parquet`` per shard: ``task``, ``truth`` and, for models with
+        probabilities, ``p_<label>`` per label), so that the client never holds every task's
+        result. The files are written into a temporary folder beside it that is renamed once
+        all are written: a failed fit leaves nothing. With it, ``truths_`` and ``probas_`` are
+        not set (``output_`` names the folder); the per-worker results are.
 
     Each iteration is one pass: the client broadcasts the per-worker parameters, every shard
     computes its tasks' posteriors (or truths) with the in-memory kernels and returns its
@@ -436,9 +559,9 @@ def fit_distributed(
             raise ValidationError(
                 "These answers are already ingested; pass no client, partitions or read options."
             )
-        return _fit(estimator, source, gold)
+        return _fit(estimator, source, gold, output)
     with connect(client=client) as cl:
-        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold)
+        return _fit(estimator, ingest(source, cl, partitions=partitions, **read), gold, output)
 
 
 def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
@@ -462,7 +585,7 @@ def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
         except (TypeError, ValueError) as exc:
             raise ValidationError("gold truths for numeric answers must be numbers.") from exc
     client = data.client
-    [shared] = client.scatter([(pd.Index(series.index), values)], broadcast=True, hash=False)
+    shared = client.submit(_shard.const, (pd.Index(series.index), values), pure=False)
     outs = [client.submit(_shard.with_gold, s, shared, pure=False) for s in data.shards]
     found = sum(gather(client, [client.submit(_shard.second, o, pure=False) for o in outs]))
     if found < len(series):
@@ -474,7 +597,27 @@ def _with_gold(data: DistributedAnswers, gold: Any) -> DistributedAnswers:
     return dataclasses.replace(data, shards=shards)
 
 
-def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Estimator:
+def _new_folder(output: str | os.PathLike[str]) -> tuple[str, str]:
+    """The output folder's path and a fresh temporary folder beside it (same filesystem, so
+    that renaming it is atomic)."""
+    target = os.path.abspath(os.fspath(output))
+    parent, name = os.path.split(target)
+    if os.path.lexists(target):
+        raise ValidationError(
+            f"{os.fspath(output)!r} exists. Remove it or pick another name: the results are "
+            "written as a new folder of Parquet files."
+        )
+    if not os.path.isdir(parent):
+        raise ValidationError(f"The folder of {os.fspath(output)!r} does not exist. Create it.")
+    return target, tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+
+
+def _fit(
+    estimator: Estimator,
+    data: DistributedAnswers,
+    gold: Any = None,
+    output: str | os.PathLike[str] | None = None,
+) -> Estimator:
     if data.kind not in estimator.kinds:
         raise ValidationError(
             f"{type(estimator).__name__} takes {' or '.join(estimator.kinds)} answers; these are "
@@ -485,9 +628,26 @@ def _fit(estimator: Estimator, data: DistributedAnswers, gold: Any = None) -> Es
         delattr(estimator, name)
     estimator._warm = None
     _, driver = _DRIVERS[type(estimator)]
-    if gold is not None:
+    has_gold = gold is not None and gold_series(gold) is not None
+    if has_gold:
         data = _with_gold(data, gold)
-    driver(estimator, data, _Passes(data))
-    # warm_state_ reads the answers' task and label order, which _set_results was given.
-    estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
+    passes = _Passes(data)
+    passes.has_gold = has_gold
+    if output is None:
+        driver(estimator, data, passes)
+        # warm_state_ reads the answers' task and label order, which _set_results was given.
+        estimator._answers = cast(Answers, _coded(data, estimator.truths_.index))
+        return estimator
+    target, passes.output = _new_folder(output)
+    try:
+        driver(estimator, data, passes)
+        os.rename(passes.output, target)
+    except BaseException:
+        shutil.rmtree(passes.output, ignore_errors=True)
+        raise
+    # The per-task results are in the files, not here: no empty stand-ins.
+    for name in ("truths_", "probas_"):
+        if hasattr(estimator, name):
+            delattr(estimator, name)
+    estimator.output_ = target  # type: ignore[attr-defined]
     return estimator

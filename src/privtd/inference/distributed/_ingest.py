@@ -134,6 +134,7 @@ def ingest(
     on_missing: str = "error",
     single_task: str = "keep",
     single_worker: str = "keep",
+    labels: Sequence[Any] | None = None,
 ) -> DistributedAnswers:
     """Read answer files on the cluster, code them once and keep them there as shards.
 
@@ -143,7 +144,8 @@ def ingest(
     file is coded and split by a hash of the task id, and each shard gathers its pieces from
     every file (the one shuffle, done once). Parameters as :meth:`privtd.Answers.from_frame`;
     ``partitions`` is the number of shards (default: enough for about 5e6 answers each, and at
-    least one per worker thread).
+    least one per worker thread); ``labels``, the label domain in its order, where some labels
+    may have no answer (default: the labels found, sorted).
     """
     _check_choice("kind", kind, ("auto", "categorical", "numeric"))
     _check_choice("on_missing", on_missing, ("error", "drop"))
@@ -188,22 +190,32 @@ def ingest(
                 f"All {n_missing} rows have a missing task, worker or answer; nothing is left."
             )
         notes.append(f"dropped {n_missing} row(s) with a missing task, worker or answer")
+    _check_id_types(files, summaries)
     numeric = _resolve_kind(kind, summaries)
     workers = pd.Index(
         pd.concat([pd.Series(s["workers"]) for s in summaries], ignore_index=True).unique(),
         name="worker",
     )
-    labels = None if numeric else _label_domain(summaries)
+    domain = None if numeric else _label_domain(summaries)
+    if domain is not None and labels is not None:
+        declared = pd.Index(list(labels), name="label")
+        outside = domain[declared.get_indexer(domain) < 0]
+        if len(outside):
+            raise ValidationError(
+                f"The answers hold label(s) {list(outside[:3])} outside the declared domain "
+                f"{list(declared)}. Declare every label, or fix the answers."
+            )
+        domain = declared
     n_parts = partitions or max(
         sum(client.nthreads().values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
     )
     offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
-    [shared] = client.scatter([(workers, labels)], broadcast=True, hash=False)
+    shared = submit(_shard.const, (workers, domain), pure=False)
     pieces = [
         submit(_code, f, shared, n_parts, int(off), pure=False)
         for f, off in zip(frames, offsets, strict=True)
     ]
-    n_labels = None if labels is None else len(labels)
+    n_labels = None if domain is None else len(domain)
     shards = [
         submit(
             _shard.build_shard,
@@ -214,15 +226,24 @@ def ingest(
         )
         for p in range(n_parts)
     ]
+    # Dropped before the shards are built, not after: Dask then frees each file's table once
+    # it is coded and each file's pieces once every shard has taken its own, rather than
+    # holding every table and piece until the last shard exists (the peak of ingest). The
+    # scheduler keeps their definitions, so a lost shard can still be rebuilt from the files.
+    del frames, pieces, shared
     infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
-    del frames, pieces, shared  # the files' tables and pieces are freed once the shards exist
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
-        t_id, w_code = next(i["example"] for i in infos if i["n_repeated"])
+        t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])
+        where = []
+        for r in rows:  # global row -> its file, and its row there counted from 1
+            f = int(np.searchsorted(offsets, r, side="right")) - 1
+            where.append(f"{files[f]!r} data row {r - int(offsets[f]) + 1}")
         raise ValidationError(
             f"{n_repeated} answer(s) repeat a (task, worker) pair (first: task {t_id!r}, worker "
-            f"{workers[w_code]!r}). Merge them before ingesting (the Dask engine takes "
-            "on_duplicate='error' only, for now), or fit in memory with --on-duplicate."
+            f"{workers[w_code]!r}, in {where[0]} and {where[1]}). Merge them before ingesting "
+            "(the Dask engine takes on_duplicate='error' only, for now), or fit in memory with "
+            "--on-duplicate."
         )
     counts = np.zeros(len(workers), dtype=np.int64)
     for info in infos:  # partition order: a fixed reduction order
@@ -231,7 +252,7 @@ def ingest(
         client=client,
         shards=shards,
         workers=workers,
-        labels=labels,
+        labels=domain,
         n_answers=sum(i["n_answers"] for i in infos),
         n_tasks=sum(i["n_tasks"] for i in infos),
         counts=counts,
@@ -243,6 +264,21 @@ def ingest(
 def _code(frame: pd.DataFrame, shared: Any, n_parts: int, offset: int) -> list[_shard.Piece]:
     workers, labels = shared
     return _shard.code_and_split(frame, workers, labels, n_parts, offset)
+
+
+def _check_id_types(files: list[str], summaries: list[dict[str, Any]]) -> None:
+    """Ids must have one type over all files: the same task written as 5 in one file and as
+    "5" in another would be two tasks (pandas tells them apart), which is never what the files
+    mean. CSV ids are read as strings, Parquet ids keep their type."""
+    for col, name in ((0, "Task"), (1, "Worker")):
+        types = [s["id_types"][col] for s in summaries if s["n_rows"] > s["n_missing"]]
+        kept = [f for f, s in zip(files, summaries, strict=True) if s["n_rows"] > s["n_missing"]]
+        for f, t in zip(kept, types, strict=True):
+            if t != types[0]:
+                raise ValidationError(
+                    f"{name} ids are {types[0]} in {kept[0]!r} but {t} in {f!r}: the same id "
+                    "would count twice. Write them with one type in every file (e.g. strings)."
+                )
 
 
 def _resolve_kind(kind: str, summaries: list[dict[str, Any]]) -> bool:

@@ -81,10 +81,23 @@ def summarise(frame: pd.DataFrame, kind: str) -> dict[str, Any]:
         "first_missing": int(np.flatnonzero(na)[0]) if na.any() else -1,
         "workers": pd.unique(kept["worker"]),
         "labels": pd.unique(answer) if want_labels else None,
+        "id_types": (_id_type(kept["task"]), _id_type(kept["worker"])),
         "is_float": _is_float(answer),
         "is_numeric": bool(pd.api.types.is_numeric_dtype(answer.dtype))
         and not pd.api.types.is_bool_dtype(answer.dtype),
     }
+
+
+def _id_type(col: pd.Series) -> str:
+    """What an id column holds: 'integer', 'float', 'string', 'boolean' or another of
+    :func:`pandas.api.types.infer_dtype`'s names (objects are scanned, typed columns not)."""
+    if pd.api.types.is_bool_dtype(col.dtype):
+        return "boolean"
+    if pd.api.types.is_integer_dtype(col.dtype):
+        return "integer"
+    if pd.api.types.is_float_dtype(col.dtype):
+        return "float"
+    return str(pd.api.types.infer_dtype(col, skipna=True))
 
 
 def _is_float(col: pd.Series) -> bool:
@@ -129,6 +142,13 @@ def pick(pieces: list[Piece], p: int) -> Piece:
     return pieces[p]
 
 
+def const(value: Any) -> Any:
+    """A value put on the cluster as a task rather than scattered: the scheduler keeps it in
+    the task's definition, so Dask can recompute it (and what depends on it) when the worker
+    holding it dies, which it cannot do for scattered data."""
+    return value
+
+
 # ---------------------------------------------------------------------- the shard
 class Shard:
     """Every answer of some tasks, sorted by task (stably, so each task's answers keep their
@@ -154,14 +174,14 @@ class Shard:
         self.worker = worker[order]
         self.value = value[order]
         self.n_tasks = len(uniques)
-        counts = np.bincount(self.task, minlength=self.n_tasks)
-        self.start = np.zeros(self.n_tasks + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.start[1:])
         self.task_ids = pd.Index(uniques, name="task")
-        self.first_row = row[order][self.start[:-1]]
         self.n_workers = n_workers
         self.n_labels = n_labels
         self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
+        self.start = self.layout.start  # each task's slice, shared with the kernels' layout
+        row = row[order]
+        self.first_row = row[self.start[:-1]]
+        self.repeated = _repeated_pair(self.task, self.worker, n_workers, row)
         # Gold truths (set by with_gold): label codes, -1 where none (the kernels' encoding),
         # and for numeric answers the values, NaN where none.
         self.gold = np.full(self.n_tasks, -1, dtype=np.int64)
@@ -235,23 +255,53 @@ def build_shard(n_workers: int, n_labels: int | None, *pieces: Piece) -> Shard:
 
 def describe(shard: Shard) -> dict[str, Any]:
     """Sizes, per-worker answer counts and the first repeated (task, worker) pair, if any."""
-    pair = shard.task.astype(np.int64) * shard.n_workers + shard.worker
-    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
-    example = None
-    if dup.any():
-        i = int(np.flatnonzero(dup)[0])
-        example = (shard.task_ids[int(shard.task[i])], int(shard.worker[i]))
+    n_repeated, example = shard.repeated
+    if example is not None:  # the task's id rather than its local code
+        example = (shard.task_ids[example[0]], *example[1:])
     return {
         "n_answers": shard.n_answers,
         "n_tasks": shard.n_tasks,
         "worker_counts": np.bincount(shard.worker, minlength=shard.n_workers),
-        "n_repeated": int(dup.sum()),
+        "n_repeated": n_repeated,
         "example": example,
     }
 
 
+def _repeated_pair(
+    task: np.ndarray, worker: np.ndarray, n_workers: int, row: np.ndarray
+) -> tuple[int, tuple[int, int, int, int] | None]:
+    """How many answers repeat an earlier (task, worker) pair, and for the first one: its
+    local task, its worker, and the global rows of both answers (to name their files). Found
+    while the rows are at hand, so that the shard need not keep a row per answer."""
+    pair = task.astype(np.int64) * n_workers + worker
+    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
+    if not dup.any():
+        return 0, None
+    i = int(np.flatnonzero(dup)[0])
+    j = int(np.flatnonzero(pair == pair[i])[0])
+    return int(dup.sum()), (int(task[i]), int(worker[i]), int(row[j]), int(row[i]))
+
+
 def second(out: tuple[Any, Any]) -> Any:
     return out[1]
+
+
+class Largest(float):
+    """A statistic the shards combine by their maximum (a largest change), not their sum."""
+
+
+def combine(a: Any, b: Any) -> Any:
+    """Two shards' statistics combined field by field: arrays added in float64, counts and
+    scalars added, :class:`Largest` ones by their maximum (one step of the tree reduction)."""
+    if isinstance(a, tuple):
+        return tuple(combine(x, y) for x, y in zip(a, b, strict=True))
+    if a is None:
+        return None
+    if isinstance(a, Largest):
+        return Largest(max(a, b))
+    if isinstance(a, np.ndarray):
+        return np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)
+    return a + b
 
 
 def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
@@ -264,6 +314,23 @@ def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
     else:
         truth, proba = state, None
     return {"ids": shard.task_ids, "first_row": shard.first_row, "truth": truth, "proba": proba}
+
+
+def write_results(
+    shard: Shard, out: tuple[Any, Any], labels: pd.Index | None, path: str
+) -> tuple[int, bool]:
+    """Write the shard's per-task results as one Parquet file: ``task``, ``truth`` (the label,
+    or the number), and with probabilities one ``p_<label>`` column per label; the shard's
+    tasks in their order of first appearance. Returns the rows written and whether the model
+    gave probabilities."""
+    part = results(shard, out)
+    truth = part["truth"] if labels is None else labels.take(part["truth"])
+    frame = pd.DataFrame({"task": part["ids"], "truth": truth})
+    if part["proba"] is not None and labels is not None:
+        for j, label in enumerate(labels):
+            frame[f"p_{label}"] = part["proba"][:, j]
+    frame.to_parquet(path, index=False)
+    return len(frame), part["proba"] is not None
 
 
 # ---------------------------------------------------------------------- passes
@@ -284,8 +351,14 @@ def soft_start(shard: Shard) -> np.ndarray:
     return _fix_rows(shard, shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)))
 
 
-def ds_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    mu = soft_start(shard)
+def em_start(shard: Shard, prev: Any, mirror: bool) -> np.ndarray:
+    """The posteriors an EM starts from: the soft start, or (``mirror``) the previous fit's
+    with the two labels swapped, as the aware estimators' orientation check refits."""
+    return prev[0][:, ::-1].copy() if mirror else soft_start(shard)
+
+
+def ds_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
+    mu = em_start(shard, prev, mirror)
     k = int(shard.n_labels or 0)
     counts = _kernels.gather_scatter(shard.wx(), shard.task, mu, shard.n_workers * k)
     return mu, (counts, mu.sum(axis=0))
@@ -299,10 +372,18 @@ def ds_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, np.nd
     return mu, (counts, prior_sum, loglik)
 
 
-def one_coin_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    mu = soft_start(shard)
+def one_coin_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
+    mu = em_start(shard, prev, mirror)
     skill = _kernels.pick_sum(shard.task, shard.value, shard.worker, mu, shard.n_workers)
     return mu, (skill, mu.sum(axis=0))
+
+
+def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
+    """How many of the shard's tasks have majority vote's label as their most probable one
+    (no gold: the aware estimators' orientation check runs without it)."""
+    k = int(shard.n_labels or 0)
+    majority = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)).argmax(axis=1)
+    return None, int((prev[0].argmax(axis=1) == majority).sum())
 
 
 def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> Any:
@@ -311,6 +392,12 @@ def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> An
         shard.layout, log_right, log_wrong, log_prior, shard.gold
     )
     return mu, (skill, prior_sum, loglik)
+
+
+#: Passes that read nothing of the previous pass: the shard and the client's parameters
+#: determine them, so their tasks do not depend on the previous pass's, and Dask recomputes a
+#: lost one from the shard alone.
+STATELESS = frozenset({"ds_pass", "one_coin_pass"})
 
 
 def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
@@ -389,7 +476,7 @@ def lw_num_pass(
     else:
         new = shard.sorted.weighted_median(weight[w])
     new = _fix_values(shard, new)
-    change = largest_change(new, truth)
+    change = Largest(largest_change(new, truth))
     loss = _kernels.worker_loss(t, w, x, new, inv_scale, squared, shard.n_workers)
     return (new, inv_scale), (loss, change)
 
@@ -427,7 +514,7 @@ def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tup
     logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
     loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
     new = _fix_labels(shard, expit(logit))
-    change = float(np.max(np.abs(new - prev[0]), initial=0.0))
+    change = Largest(np.max(np.abs(new - prev[0]), initial=0.0))
     sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
     return new, (sums, new.sum(), loglik, change)
 
