@@ -6,19 +6,26 @@ written to a temporary name and renamed, so an interrupted run leaves nothing ha
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 
 from .._files import atomic_write_text
 from ..errors import PrivtdError, ValidationError
-from ..mechanisms import MECHANISMS, task_profiles
+from ._names import MECHANISM_NAMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# This module and the command modules import only click and privtd's light modules at the top:
+# numpy, pandas, scipy and numba load inside the commands that use them, so that
+# `privtd --help` starts in a fraction of a second (docs/scale.md).
 
 EXIT_ERROR = 2
 
@@ -61,6 +68,8 @@ def _mechanism_params(mechanism: str, params: dict[str, Any], n_tasks: int) -> d
     """CLI parameters as constructor arguments; for ``mf`` the requester's public task profiles
     are drawn here from ``d`` (default 10) and ``profile_seed`` (default 0)."""
     if mechanism == "mf":
+        from ..mechanisms import task_profiles
+
         d = params.pop("d", 10)
         seed = params.pop("profile_seed", 0)
         params["profiles"] = task_profiles(n_tasks, d, rng=seed)
@@ -90,6 +99,8 @@ def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] 
 
 
 def _read_truth_csv(path: str) -> pd.Series:
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path, dtype={"task": str})
     except FileNotFoundError:
@@ -127,7 +138,7 @@ ANSWER_KIND = click.option(
     help="Answer type; 'auto': floats are numeric, the rest labels.",
 )
 MECHANISM = click.option(
-    "--mechanism", "-M", required=True, type=click.Choice(list(MECHANISMS)), help="Local mechanism."
+    "--mechanism", "-M", required=True, type=click.Choice(MECHANISM_NAMES), help="Local mechanism."
 )
 
 
@@ -159,7 +170,41 @@ def _note_pooled_interval(low: float, high: float) -> None:
         )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Each command's name -> "module:attribute" of its click object in this package.
+COMMANDS = {
+    "infer": "infer:infer",
+    "evaluate": "infer:evaluate_cmd",
+    "datasets": "infer:datasets_group",
+    "demo": "infer:demo",
+    "perturb": "privacy:perturb",
+    "epsilon": "privacy:epsilon_cmd",
+    "audit": "privacy:audit_cmd",
+    "attack": "privacy:attack_cmd",
+    "secure-em": "secure:secure_em_cmd",
+    "reproduce": "reproduce:reproduce",
+    "serve": "service:serve",
+    "requester": "service:requester",
+    "campaign": "service:campaign",
+    "client": "service:client",
+}
+
+
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is asked for, so that
+    ``privtd infer`` does not load the service's or the secure protocol's code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(f".{module}", __package__), attr)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="privtd")
 def cli() -> None:
     """privtd: privacy-preserving truth discovery for crowdsourcing."""
@@ -167,6 +212,13 @@ def cli() -> None:
 
 def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
     click.echo(f"privtd: warning: {message}", err=True)
+
+
+def _is_parser_error(exc: Exception) -> bool:
+    # pandas' CSV errors are the user's input, not a bug; pandas is only loaded if a command
+    # read a CSV, so look it up rather than import it for the check.
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(exc, pd.errors.ParserError)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,11 +239,13 @@ def main(argv: list[str] | None = None) -> None:
                 raise
             _fail(f"internal error (ImportError: {exc}); please report it")
         _fail(str(exc))  # an optional extra is missing; the message names the install line
-    except (OSError, pd.errors.ParserError) as exc:
+    except OSError as exc:
         _fail(f"{type(exc).__name__}: {exc}")
     except MemoryError:
         _fail("out of memory; try a smaller input or a machine with more memory")
     except Exception as exc:  # a bug: still one line, with a way to see the traceback
+        if _is_parser_error(exc):
+            _fail(f"{type(exc).__name__}: {exc}")
         if os.environ.get("PRIVTD_DEBUG"):
             raise
         _fail(

@@ -10,21 +10,7 @@ from typing import Any
 
 import click
 
-from .. import datasets as datasets_mod
-from ..answers import Answers
 from ..errors import ValidationError
-from ..evaluation import evaluate
-from ..inference import (
-    AWARE_METHODS,
-    METHODS,
-    NO_AWARE_METHOD,
-    RELEASE_METHODS,
-    AwareNull,
-    Estimator,
-    aware_method,
-    make_estimator,
-)
-from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism
 from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
@@ -34,6 +20,7 @@ from ._common import (
     _progress,
     _read_truth_csv,
 )
+from ._names import MECHANISM_NAMES, METHOD_NAMES
 
 
 @click.command()
@@ -41,13 +28,13 @@ from ._common import (
 @click.option(
     "--method",
     "-m",
-    type=click.Choice([*METHODS, *RELEASE_METHODS]),
+    type=click.Choice(METHOD_NAMES),
     help="Inference method (default with --mechanism: the perturbation-aware one).",
 )
 @click.option(
     "--mechanism",
     "-M",
-    type=click.Choice(list(MECHANISMS)),
+    type=click.Choice(MECHANISM_NAMES),
     help="The local mechanism that perturbed ANSWERS; its channel enters the inference.",
 )
 @click.option("--epsilon", "-e", type=float, help="The mechanism's epsilon per answer.")
@@ -174,6 +161,15 @@ def infer(
     partitions: int | None,
 ) -> None:
     """Infer each task's truth and each worker's quality from ANSWERS (CSV or Parquet)."""
+    from ..answers import Answers
+    from ..inference import (
+        AWARE_METHODS,
+        NO_AWARE_METHOD,
+        AwareNull,
+        aware_method,
+        make_estimator,
+    )
+
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
@@ -213,6 +209,8 @@ def infer(
         click.echo(f"privtd: note: {note}", err=True)
     params = _parse_params(param)
     if mechanism is not None:
+        from ..mechanisms import make_mechanism
+
         mech = make_mechanism(mechanism, epsilon, **_parse_params(mechanism_param))
         if method is None:
             method = aware_method(mech)
@@ -283,6 +281,8 @@ def infer(
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
     """Score inferred TRUTHS (CSV task,truth) against known truths."""
+    from ..evaluation import evaluate
+
     metrics = evaluate(_read_truth_csv(truths), _read_truth_csv(reference), kind=kind)
     if as_json:
         click.echo(json.dumps(metrics))
@@ -300,6 +300,8 @@ def datasets_group() -> None:
 @datasets_group.command("list")
 def datasets_list() -> None:
     """Name, type and description of each bundled dataset."""
+    from .. import datasets as datasets_mod
+
     for name in datasets_mod.list_datasets():
         spec = datasets_mod.DATASETS[name]
         click.echo(f"{name:<14} {spec.kind:<12} {spec.description}")
@@ -317,6 +319,8 @@ def datasets_list() -> None:
 )
 def datasets_export(name: str, output: str) -> None:
     """Write dataset NAME's raw files (answers, truths, provenance) to a folder."""
+    from .. import datasets as datasets_mod
+
     for path in datasets_mod.export(name, output):
         click.echo(str(path))
 
@@ -341,6 +345,11 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     aggregate it with several methods, and print accuracy against the expert labels. The last
     row is the perturbation-aware default (what ``privtd infer --mechanism`` picks): told the
     mechanism on the perturbed answers, told none on the clean ones."""
+    from .. import datasets as datasets_mod
+    from ..evaluation import evaluate
+    from ..inference import Estimator, aware_method, make_estimator
+    from ..mechanisms import TwoLayerRR
+
     data = datasets_mod.load(dataset)
     answers, truth = data.answers, data.truth
     if not answers.is_categorical:

@@ -8,13 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
-import pandas as pd
 
 from .._files import atomic_write_text
-from ..answers import Answers
 from ..errors import NotNumericError, ValidationError
-from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
 from ._common import (
     MECHANISM,
     ON_DUPLICATE,
@@ -23,6 +19,7 @@ from ._common import (
     _parse_params,
     mechanism_params,
 )
+from ._names import MECHANISM_NAMES
 
 
 @click.command()
@@ -83,6 +80,11 @@ def perturb(
     real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
     release needs --allow-float-leak.
     """
+    import numpy as np
+
+    from ..answers import Answers
+    from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
+
     if allow_float_leak and mechanism != "mf":
         raise ValidationError(
             f"--allow-float-leak applies to mf only; {mechanism} releases on a public grid."
@@ -191,6 +193,7 @@ def audit_cmd(
     Exits 1 when the measured lower bound exceeds the claimed epsilon.
     """
     from ..audit import audit
+    from ..mechanisms import make_mechanism
 
     mech = make_mechanism(
         mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
@@ -227,7 +230,7 @@ def audit_cmd(
     "--mechanism",
     "-M",
     required=True,
-    type=click.Choice(list(MECHANISMS)),
+    type=click.Choice(MECHANISM_NAMES),
     help="The mechanism that produced PERTURBED (reported beside the result).",
 )
 @click.option("--epsilon", "-e", type=float, help="Its per-answer epsilon.")
@@ -243,7 +246,11 @@ def attack_cmd(
 ) -> None:
     """Try to recover workers' original answers from PERTURBED, as an untrusted requester would,
     and report the fraction recovered against chance."""
+    import pandas as pd
+
+    from ..answers import Answers
     from ..attack import attack
+    from ..mechanisms import MECHANISMS, make_mechanism
 
     if MECHANISMS[mechanism].kind != "categorical":
         raise ValidationError(f"The attack covers categorical mechanisms; {mechanism!r} is not.")
@@ -277,6 +284,8 @@ def attack_cmd(
 @mechanism_params("e.g. -p f=0.3 -p n_labels=4")
 def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
     """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
+    from ..mechanisms import make_mechanism
+
     mech = make_mechanism(
         mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
     )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from ..answers import Answers
 from ..errors import ValidationError
 from ._common import (
     ANSWER_KIND,
@@ -137,6 +136,7 @@ def secure_em_cmd(
     its tasks agreed with it; with --backend paillier a dishonest requester can have one
     worker's ciphertexts decrypted by the key holder (use masking where that matters).
     """
+    from ..answers import Answers
     from ..secure import RoundStats, SecureEM
 
     for path in (output, rounds_output):

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pandas as pd
 
 from .._files import atomic_write_text
 from ..errors import ValidationError
@@ -192,6 +191,8 @@ def campaign_create(
 ) -> None:
     """Create a campaign on the server at URL; prints its id and the workers' page. Workers
     enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
+    import pandas as pd
+
     from ..client import Requester
 
     frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
@@ -280,6 +281,8 @@ def campaign_aggregate(
 ) -> None:
     """Run the campaign's estimator on its reports (resuming from the last run) and write the
     truths; prints the privacy report."""
+    import pandas as pd
+
     from ..client import Requester
 
     def progress(run: dict[str, Any]) -> None:
@@ -400,6 +403,8 @@ def client_ceiling(
 )
 def client_submit(answers: str, state: str) -> None:
     """Perturb ANSWERS (CSV: task,answer) on this machine and submit them."""
+    import pandas as pd
+
     from ..client import Worker
 
     frame = pd.read_csv(answers, dtype={"task": str})
