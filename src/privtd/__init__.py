@@ -11,6 +11,7 @@ usual.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -60,10 +61,13 @@ _LAZY: dict[str, str | None] = {
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
+        value = module if _LAZY[name] is None else getattr(module, name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)  # privtd.mechanisms and the like
+    else:
         raise AttributeError(f"module 'privtd' has no attribute {name!r}")
-    module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
-    value = module if _LAZY[name] is None else getattr(module, name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ._csv import read_csv
 from .errors import NotNumericError, SchemaError, ValidationError
 
 __all__ = ["Answers", "as_answers"]
@@ -452,8 +453,7 @@ def _read_table(path: str, fmt: str, kwargs: dict[str, Any]) -> pd.DataFrame:
                 ) from exc
             return pd.read_parquet(path)
         # Ids stay strings ("007" is not 7); answers are parsed unless the caller says otherwise.
-        id_cols = {kwargs.get("task", "task"): str, kwargs.get("worker", "worker"): str}
-        return pd.read_csv(path, dtype=id_cols, keep_default_na=True)
+        return read_csv(path, [kwargs.get("task", "task"), kwargs.get("worker", "worker")])
     except FileNotFoundError as exc:
         raise ValidationError(f"No such file: {path!r}. Check the path.") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
