@@ -187,10 +187,26 @@ def _grid_posterior_np(
 #: down to 1 (Horner's order).
 _PSI_SERIES = (-1 / 12, 691 / 32760, -1 / 132, 1 / 240, -1 / 252, 1 / 120, -1 / 12)
 
+
+def _cached_jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True)``: compiled once, then loaded from disk by later processes (next
+    to this file, else under ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none of
+    those is writable numba refuses ``cache=True``; the kernels then compile in every process
+    (seconds) instead of failing."""
+
+    def wrap(func: Callable[..., Any]) -> Any:
+        try:
+            return numba.njit(cache=True, **options)(func)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return numba.njit(**options)(func)
+
+    return wrap
+
+
 if numba is not None:
     # Module-level (not closures) so numba can cache the compiled code on disk.
-    _jit = numba.njit(cache=True, nogil=True)
-    _par = numba.njit(cache=True, nogil=True, parallel=True)
+    _jit = _cached_jit(nogil=True)
+    _par = _cached_jit(nogil=True, parallel=True)
 
     @_jit
     def _gather_scatter_nb(dst, src, table, n_out):
