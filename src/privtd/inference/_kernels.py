@@ -2,7 +2,7 @@
 
 Two backends compute the same things:
 
-- ``numba`` (``pip install 'privtd[fast]'``): each kernel is one compiled pass over the answer
+- ``numba`` (installed with privtd): each kernel is one compiled pass over the answer
   arrays with no temporaries, which is what makes Dawid-Skene 50x faster than a pandas EM;
 - ``numpy``: ``np.bincount`` scatter-adds, used when numba is not installed or when
   ``PRIVTD_BACKEND=numpy`` is set.
@@ -895,14 +895,14 @@ def get_backend() -> str:
 
 
 def set_backend(name: str) -> None:
-    """Pick the kernel backend: "numba" (needs ``privtd[fast]``) or "numpy"."""
+    """Pick the kernel backend: "numba" (needs numba) or "numpy"."""
     global _backend
     if name not in ("numpy", "numba"):
         raise ValidationError(f"Backend must be 'numpy' or 'numba'. Got {name!r}.")
     if name == "numba":
         if numba is None:
             raise ValidationError(
-                "The numba backend needs numba: pip install 'privtd[fast]'. Or use 'numpy'."
+                "The numba backend needs numba: pip install numba. Or use 'numpy'."
             )
     _backend = name
 
