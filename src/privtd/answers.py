@@ -312,7 +312,8 @@ class Answers:
 
     @classmethod
     def from_csv(cls, path: str, **kwargs: Any) -> Answers:
-        """Read a long CSV (``task,worker,answer``); ids are read as strings, answers as parsed."""
+        """Read a long CSV (``task,worker,answer``); ids are read as strings, answers as parsed
+        (by pyarrow's multi-threaded reader when pyarrow is installed, with pandas' types)."""
         frame = _read_table(path, "csv", kwargs)
         return cls.from_frame(frame, **kwargs)
 
