@@ -7,6 +7,7 @@ same machine load:
 - ``privtd infer FILE --method ds -o out.csv`` (the whole command: start-up, imports, reading,
   coding, fit, writing), once per ``--privtd`` interpreter given (the default install has
   numba and reads the CSV with pandas; ``privtd[fast]`` adds pyarrow's reader);
+- the first of them again with ``PRIVTD_BACKEND=numpy`` (numpy's kernels, no numba set-up);
 - a reference script that reads the CSV with pandas, runs crowd-kit's ``DawidSkene()``
   (default ``n_iter``) and writes the labels;
 
@@ -113,10 +114,15 @@ def main() -> None:
         timed(infer(py))
     timed([args.crowdkit_python, str(script), str(csv), str(work / "c.csv")])
 
+    # The same command on numpy's kernels: no numba set-up in the process (docs/scale.md).
+    numpy_env = {**os.environ, "PRIVTD_BACKEND": "numpy"}
     times: dict[str, list[float]] = {}
     for _ in range(args.runs):
         for py in pythons:
             times.setdefault(f"privtd infer -m ds ({py})", []).append(timed(infer(py)))
+        times.setdefault(f"privtd infer -m ds, PRIVTD_BACKEND=numpy ({pythons[0]})", []).append(
+            timed(infer(pythons[0]), env=numpy_env)
+        )
         times.setdefault("crowd-kit DawidSkene script", []).append(
             timed([args.crowdkit_python, str(script), str(csv), str(work / "c.csv")])
         )
