@@ -2,12 +2,18 @@
 
 Answers come in (:class:`Answers`, :mod:`privtd.datasets`), are aggregated on the server's side
 (:mod:`privtd.inference`) and are measured (:func:`evaluate`).
+
+Submodules and the names below load on first use (PEP 562), so ``import privtd`` and
+``privtd --help`` stay fast; ``privtd.Answers`` and ``from privtd import inference`` work as
+usual.
 """
 
 from __future__ import annotations
 
-from . import datasets, inference
-from .answers import Answers, as_answers
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     BudgetExceededError,
     ConvergenceWarning,
@@ -16,8 +22,12 @@ from .errors import (
     SchemaError,
     ValidationError,
 )
-from .evaluation import evaluate
-from .inference import METHODS, make_estimator
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
+    from . import datasets, inference
+    from .answers import Answers, as_answers
+    from .evaluation import evaluate
+    from .inference import METHODS, make_estimator
 
 __version__ = "0.1.0"
 
@@ -37,3 +47,30 @@ __all__ = [
     "PrivacyLeakWarning",
     "__version__",
 ]
+
+# Public name -> the submodule that defines it (None: the name is the submodule itself).
+_LAZY: dict[str, str | None] = {
+    "Answers": "answers",
+    "as_answers": "answers",
+    "evaluate": "evaluation",
+    "METHODS": "inference",
+    "make_estimator": "inference",
+    "datasets": None,
+    "inference": None,
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
+        value = module if _LAZY[name] is None else getattr(module, name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)  # privtd.mechanisms and the like
+    else:
+        raise AttributeError(f"module 'privtd' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ._csv import read_csv
 from .errors import NotNumericError, SchemaError, ValidationError
 
 __all__ = ["Answers", "as_answers"]
@@ -311,7 +312,8 @@ class Answers:
 
     @classmethod
     def from_csv(cls, path: str, **kwargs: Any) -> Answers:
-        """Read a long CSV (``task,worker,answer``); ids are read as strings, answers as parsed."""
+        """Read a long CSV (``task,worker,answer``); ids are read as strings, answers as parsed
+        (by pyarrow's multi-threaded reader when pyarrow is installed, with pandas' types)."""
         frame = _read_table(path, "csv", kwargs)
         return cls.from_frame(frame, **kwargs)
 
@@ -452,8 +454,7 @@ def _read_table(path: str, fmt: str, kwargs: dict[str, Any]) -> pd.DataFrame:
                 ) from exc
             return pd.read_parquet(path)
         # Ids stay strings ("007" is not 7); answers are parsed unless the caller says otherwise.
-        id_cols = {kwargs.get("task", "task"): str, kwargs.get("worker", "worker"): str}
-        return pd.read_csv(path, dtype=id_cols, keep_default_na=True)
+        return read_csv(path, [kwargs.get("task", "task"), kwargs.get("worker", "worker")])
     except FileNotFoundError as exc:
         raise ValidationError(f"No such file: {path!r}. Check the path.") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, NotFittedError, ValidationError
+from . import _kernels
 
 GoldLike = pd.Series | Mapping[Hashable, Any] | None
 
@@ -181,7 +182,8 @@ class Estimator(ABC):
             raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
         self._answers = ans
         self._warm = WarmStart.encode(ans, warm_start, type(self).__name__)
-        self._fit(ans, Gold.encode(ans, gold))
+        with _kernels.backend_for(ans.n_answers):  # small fits: numpy's kernels
+            self._fit(ans, Gold.encode(ans, gold))
         return self
 
     def fit_predict(self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None) -> pd.Series:

@@ -2,7 +2,7 @@
 
 Two backends compute the same things:
 
-- ``numba`` (``pip install 'privtd[fast]'``): each kernel is one compiled pass over the answer
+- ``numba`` (installed with privtd): each kernel is one compiled pass over the answer
   arrays with no temporaries, which is what makes Dawid-Skene 50x faster than a pandas EM;
 - ``numpy``: ``np.bincount`` scatter-adds, used when numba is not installed or when
   ``PRIVTD_BACKEND=numpy`` is set.
@@ -13,7 +13,9 @@ Tests run every estimator under both (``set_backend``) and compare them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -187,10 +189,26 @@ def _grid_posterior_np(
 #: down to 1 (Horner's order).
 _PSI_SERIES = (-1 / 12, 691 / 32760, -1 / 132, 1 / 240, -1 / 252, 1 / 120, -1 / 12)
 
+
+def _cached_jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True)``: compiled once, then loaded from disk by later processes (next
+    to this file, else under ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none of
+    those is writable numba refuses ``cache=True``; the kernels then compile in every process
+    (seconds) instead of failing."""
+
+    def wrap(func: Callable[..., Any]) -> Any:
+        try:
+            return numba.njit(cache=True, **options)(func)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return numba.njit(**options)(func)
+
+    return wrap
+
+
 if numba is not None:
     # Module-level (not closures) so numba can cache the compiled code on disk.
-    _jit = numba.njit(cache=True, nogil=True)
-    _par = numba.njit(cache=True, nogil=True, parallel=True)
+    _jit = _cached_jit(nogil=True)
+    _par = _cached_jit(nogil=True, parallel=True)
 
     @_jit
     def _gather_scatter_nb(dst, src, table, n_out):
@@ -868,6 +886,20 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "grid_posterior": _grid_posterior_np,
 }
 _backend = "numpy"
+#: True once set_backend or PRIVTD_BACKEND chose the backend: then every fit uses it.
+_chosen = False
+#: Per-thread override of ``_backend`` for the fit running in that thread (:func:`backend_for`).
+_local = threading.local()
+
+#: Without a chosen backend, fits of fewer answers than this run the numpy kernels. numba's
+#: kernels cost a one-time set-up in each process (its compiler target and the libraries it
+#: loads: 0.5-1 s, loaded from the disk cache or not) and a compilation of seconds per kernel
+#: on the first run after installing, which a fit this small never earns back: the demo on
+#: Duchenne took 1.7 s with numpy's kernels against 3.7 s with numba's cached ones (46 s on
+#: the first run), and Dawid-Skene's 6 iterations over 1e6 answers cost about the same both
+#: ways in a fresh process (docs/scale.md). The two backends agree to 1e-9
+#: (tests/test_kernels.py).
+NUMBA_MIN_ANSWERS = 200_000
 
 
 def available_backends() -> list[str]:
@@ -875,25 +907,44 @@ def available_backends() -> list[str]:
 
 
 def get_backend() -> str:
-    return _backend
+    """The backend the kernels called from this thread use now."""
+    return getattr(_local, "backend", None) or _backend
+
+
+@contextmanager
+def backend_for(n_answers: int) -> Iterator[None]:
+    """Run the enclosed fit on the numpy kernels when it has fewer than
+    :data:`NUMBA_MIN_ANSWERS` answers and no backend was chosen (this thread only)."""
+    if _chosen or _backend != "numba" or n_answers >= NUMBA_MIN_ANSWERS:
+        yield
+        return
+    before = getattr(_local, "backend", None)
+    _local.backend = "numpy"
+    try:
+        yield
+    finally:
+        _local.backend = before
 
 
 def set_backend(name: str) -> None:
-    """Pick the kernel backend: "numba" (needs ``privtd[fast]``) or "numpy"."""
-    global _backend
+    """Pick the kernel backend for every fit: "numba" (needs numba) or "numpy". Without a
+    call (or ``PRIVTD_BACKEND``), numba runs fits of at least :data:`NUMBA_MIN_ANSWERS`
+    answers and numpy the smaller ones."""
+    global _backend, _chosen
     if name not in ("numpy", "numba"):
         raise ValidationError(f"Backend must be 'numpy' or 'numba'. Got {name!r}.")
     if name == "numba":
         if numba is None:
             raise ValidationError(
-                "The numba backend needs numba: pip install 'privtd[fast]'. Or use 'numpy'."
+                "The numba backend needs numba: pip install numba. Or use 'numpy'."
             )
     _backend = name
+    _chosen = True
 
 
 def _kernel(name: str) -> Callable[..., Any]:
     # numba compiles each kernel on first use and caches it on disk for later processes.
-    return _NUMPY[name] if _backend == "numpy" else _NUMBA_KERNELS[name]
+    return _NUMPY[name] if get_backend() == "numpy" else _NUMBA_KERNELS[name]
 
 
 def gather_scatter(dst: np.ndarray, src: np.ndarray, table: np.ndarray, n_out: int) -> np.ndarray:
@@ -960,7 +1011,7 @@ def ds_step(
         log_prior,
         gold,
     )
-    if _backend == "numba":
+    if get_backend() == "numba":
         args += (_n_chunks(log_conf.size),)
     mu, counts, prior_sum, loglik = _kernel("ds_step")(*args)
     return mu, counts, prior_sum, float(loglik)
@@ -985,7 +1036,7 @@ def one_coin_step(
         log_prior,
         gold,
     )
-    if _backend == "numba":
+    if get_backend() == "numba":
         args += (_n_chunks(log_right.size),)
     mu, skill, prior_sum, loglik = _kernel("one_coin_step")(*args)
     return mu, skill, prior_sum, float(loglik)
@@ -1081,7 +1132,7 @@ def aware_ds_workers(
     """AwareDawidSkene's worker step, compiled (numba only; the numpy path is
     ``AwareDawidSkene._update_workers``): new own confusions, flip posteriors, expected log
     confusions and the workers' part of the EM's bound."""
-    if _backend != "numba":
+    if get_backend() != "numba":
         raise ValidationError("aware_ds_workers is compiled only; use the numpy worker step.")
     scale, spread = channel
     pi, q, log_conf, bound = _kernel("aware_ds_workers")(
@@ -1102,7 +1153,7 @@ def aware_ds_jump(
     """AwareDawidSkene's SQUAREM jump from three ``(pi, q, class prior)`` states, compiled
     (numba only; the numpy path is ``aware_dawid_skene._jump``): the jumped state with its
     expected log confusions and the workers' part of the EM's bound."""
-    if _backend != "numba":
+    if get_backend() != "numba":
         raise ValidationError("aware_ds_jump is compiled only; use the numpy jump.")
     states = _contiguous_floats(*start, *first, *second)
     pi, q, prior, log_conf, bound = _kernel("aware_ds_jump")(
@@ -1130,7 +1181,7 @@ def aware_gaussian(
     ``AwareGaussian._iterate_numpy``). Updates ``truth`` and ``prior`` (G) in place; returns
     each truth's posterior variance, the objective per iteration, the iterations and whether
     they converged."""
-    if _backend != "numba":
+    if get_backend() != "numba":
         raise ValidationError("aware_gaussian is compiled only; use AwareGaussian._iterate_numpy.")
     gold_index, gold_value = gold
     post_var, objective, n_iter, converged = _kernel("aware_gaussian")(
@@ -1169,7 +1220,7 @@ def aware_null_tasks(
     ``AwareNull._solve_numpy``). Updates ``expected``, ``truth`` and ``active`` in place and
     returns per task the steps taken and the last log-likelihood, and per step the summed
     log-likelihood of the tasks still stepping."""
-    if _backend != "numba":
+    if get_backend() != "numba":
         raise ValidationError("aware_null_tasks is compiled only; use AwareNull._solve_numpy.")
     # 16 fixed blocks: enough to balance tasks that take 1 and 40 steps over the threads, and
     # the per-step sums do not depend on the thread count.

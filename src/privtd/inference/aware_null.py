@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import digamma, gammaln
 
 from ..answers import Answers
 from ..errors import ValidationError
@@ -162,6 +161,8 @@ def variational_bound(
     (``w = exp(E_q[log p_q])``) less ``KL(q(p_q) || prior)``, the Beta and Dirichlet levels
     apart. It compares fixed points of the same task: the higher one explains its reports
     better for the prior's cost."""
+    from scipy.special import digamma, gammaln  # on use: costs ~0.5 s to import
+
     g = scores_prior.size
     # The variational weights whatever the fit's estimate: the bound is variational Bayes's.
     _, predicted = AwareNull.e_step(
@@ -533,6 +534,8 @@ class AwareNull(Estimator):
     ) -> np.ndarray:
         """``E[log p_q(s)]`` under the nested Dirichlet posterior: answered-or-NULL first
         (Beta), then the score given answered (Dirichlet)."""
+        from scipy.special import digamma  # on use: costs ~0.5 s to import
+
         g = scores_prior.size
         answered = expected[:, :g].sum(axis=1)
         # One digamma call over every argument: per call overhead dominated on P3's 200 tasks.

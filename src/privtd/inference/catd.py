@@ -4,7 +4,6 @@ docs/algorithms.md#catd)."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from .._rng import RNGLike
 from ._base import _check_float
@@ -45,4 +44,6 @@ class CATD(LossWeightedEstimator):
         _check_float("CATD", "alpha", self.alpha, 0.0, 1.0, low_open=True, high_open=True)
 
     def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        from scipy import stats  # here, not at import: scipy.stats costs ~1 s to import
+
         return stats.chi2.ppf(self.alpha / 2.0, counts) / (loss + 1e-9)

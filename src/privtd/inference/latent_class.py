@@ -7,7 +7,6 @@ P2's main model: the secure protocol splits exactly these E- and M-steps between
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from ..answers import Answers
 from ..errors import ValidationError
@@ -41,6 +40,8 @@ class LatentClass(Estimator):
         _check_float("LatentClass", "eta", self.eta, 0.0, 0.5, low_open=True, high_open=True)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        from scipy.special import expit  # on use: costs ~0.5 s to import
+
         if answers.n_labels != 2:
             raise ValidationError(
                 f"LatentClass is binary; these answers have {answers.n_labels} labels. "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from scipy.special import expit
 
 from ..answers import Answers
 from ..errors import ValidationError
@@ -80,6 +79,8 @@ class PrivateDawidSkene(Estimator):
             )
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        from scipy.special import expit  # on use: costs ~0.5 s to import
+
         if answers.n_labels != 2:
             raise ValidationError(
                 f"PrivateDawidSkene is binary; these answers have {answers.n_labels} labels."

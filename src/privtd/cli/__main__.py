@@ -1,0 +1,5 @@
+"""``python -m privtd.cli``: the same as the ``privtd`` command."""
+
+from privtd.cli import main
+
+main()

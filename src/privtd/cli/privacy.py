@@ -1,0 +1,299 @@
+"""``privtd perturb``, ``epsilon``, ``audit`` and ``attack``: the local mechanisms."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._files import atomic_write_text
+from ..errors import NotNumericError, ValidationError
+from ._common import (
+    MECHANISM,
+    ON_DUPLICATE,
+    _atomic_csv,
+    _mechanism_params,
+    _parse_params,
+    mechanism_params,
+)
+from ._names import MECHANISM_NAMES
+
+
+@click.command()
+@click.argument("answers", type=click.Path(dir_okay=False))
+@MECHANISM
+@click.option(
+    "--epsilon",
+    "-e",
+    type=float,
+    help="Target per-answer epsilon; the mechanism is calibrated to it.",
+)
+@mechanism_params("e.g. -p a=0.1; or -p f=0.3 without --epsilon")
+@click.option(
+    "--seed",
+    type=int,
+    help="Integer seed: a reproducible simulation from privtd's fast keyed generator (not "
+    "cryptographic). Without it: a real release, drawn from the OS cryptographic generator "
+    "(numeric noise by OpenDP's exact samplers: pip install 'privtd[dp]').",
+)
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CSV to write: task,worker,answer (perturbed).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False),
+    help="JSON to write: mechanism, parameters, guarantee and every worker's total.",
+)
+@click.option(
+    "--allow-float-leak",
+    is_flag=True,
+    help="mf only: make a real release (no --seed) although mf's floating-point rows can rule "
+    "out neighbouring answers whatever epsilon says (Mironov 2012; docs/privacy.md). Without "
+    "it a real mf release is refused.",
+)
+@ON_DUPLICATE
+def perturb(
+    answers: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    seed: int | None,
+    output: str,
+    report: str | None,
+    allow_float_leak: bool,
+    on_duplicate: str,
+) -> None:
+    """Perturb ANSWERS as each worker would on their device.
+
+    Without --seed this is a real release: categorical mechanisms draw from the OS
+    cryptographic generator (os.urandom), numeric ones (laplace, exp-gaussian) release points
+    of a public grid with exact discrete Laplace or Gaussian noise from OpenDP, so no release
+    rules out a neighbouring answer through floating point. With --seed it is a simulation of
+    the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
+    real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
+    release needs --allow-float-leak.
+    """
+    import numpy as np
+
+    from ..answers import Answers
+    from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
+
+    if allow_float_leak and mechanism != "mf":
+        raise ValidationError(
+            f"--allow-float-leak applies to mf only; {mechanism} releases on a public grid."
+        )
+    for path in (output, report):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    kind = MECHANISMS[mechanism].kind
+    try:
+        data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
+    except NotNumericError as exc:
+        # The reader's advice (read them as labels) does not apply: the mechanism fixes the kind.
+        labels = ", ".join(name for name, cls in MECHANISMS.items() if cls.kind == "categorical")
+        raise ValidationError(
+            f"{exc.found}. The {mechanism} mechanism perturbs numbers; for labels use one of "
+            f"{labels}."
+        ) from None
+    for note in data.notes:
+        click.echo(f"privtd: note: {note}", err=True)
+    params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)
+    if kind == "categorical":
+        params.setdefault("n_labels", data.n_labels)
+    if allow_float_leak:
+        params["allow_float_leak"] = True
+    mech = make_mechanism(mechanism, epsilon, **params)
+    if seed is None and allow_float_leak:
+        click.echo(
+            "privtd: warning: a real mf release: its guarantee holds for real arithmetic only "
+            "and the floating-point leak (Mironov 2012) is not closed (docs/privacy.md).",
+            err=True,
+        )
+    perturbed = mech.perturb(data, rng=seed)
+    summary: dict[str, Any] = {
+        "mechanism": mechanism,
+        "parameters": mech.params(),
+        "guarantee": {
+            "epsilon": mech.guarantee.epsilon,
+            "delta": mech.guarantee.delta,
+            "unit": mech.guarantee.unit,
+            "note": mech.guarantee.note,
+        },
+        "seed": seed,
+        "n_answers": data.n_answers,
+        "n_output": perturbed.n_answers,
+    }
+    if perturbed.n_answers == data.n_answers:  # same cells: say how many changed
+        summary["changed_fraction"] = float((perturbed.value != data.value).mean())
+    totals = worker_totals(data, mech)
+    summary["workers"] = {
+        str(w): {"n_released": int(r.n_released), "epsilon_total": float(r.epsilon_total)}
+        for w, r in totals.iterrows()
+    }
+    if isinstance(mech, TwoLayerRR) and seed is not None:
+        # Only a simulation knows each f_u; report what it means per worker
+        # (docs/algorithms.md#the-two-layer-caveat).
+        cond = mech.conditional_epsilons(mech.flips_for(data, seed))
+        summary["conditional_epsilon_quantiles"] = {
+            q: float(np.quantile(cond, float(q))) for q in ("0.1", "0.5", "0.9", "1.0")
+        }
+    _atomic_csv(perturbed.to_frame(), output, index=False)
+    if report:
+        atomic_write_text(report, json.dumps(summary, indent=2, default=str))
+    changed = (
+        f"{summary['changed_fraction']:.1%} changed"
+        if "changed_fraction" in summary
+        else f"{perturbed.n_answers} output cells"
+    )
+    click.echo(
+        f"{mechanism}: {mech.guarantee}; {data.n_answers} answers of {data.n_workers} workers, "
+        f"{changed} -> {output}",
+        err=True,
+    )
+
+
+@click.command("audit")
+@MECHANISM
+@click.option("--epsilon", "-e", type=float, help="Calibrate the mechanism to this epsilon.")
+@mechanism_params()
+@click.option(
+    "--samples",
+    "-n",
+    default=1_000_000,
+    show_default=True,
+    type=int,
+    help="Samples per neighbouring input.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling.")
+@click.option(
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=float,
+    help="Confidence of the lower bound (simultaneous over outputs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def audit_cmd(
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    samples: int,
+    seed: int,
+    confidence: float,
+    as_json: bool,
+) -> None:
+    """Measure a mechanism's privacy loss on neighbouring inputs against its claim.
+
+    Exits 1 when the measured lower bound exceeds the claimed epsilon.
+    """
+    from ..audit import audit
+    from ..mechanisms import make_mechanism
+
+    mech = make_mechanism(
+        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
+    )
+    result = audit(mech, samples=samples, seed=seed, confidence=confidence)
+    fields = {
+        "mechanism": mechanism,
+        "claimed_epsilon": result.claimed_epsilon,
+        "lower_bound": result.lower_bound,
+        "point_estimate": result.point_estimate,
+        "samples": samples,
+        "confidence": confidence,
+        "verdict": result.verdict,
+    }
+    if as_json:
+        click.echo(json.dumps(fields))
+    else:
+        for key, value in fields.items():
+            shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+            click.echo(f"{key:>16}: {shown}")
+    if not result.holds:
+        sys.exit(1)
+
+
+@click.command("attack")
+@click.argument("perturbed", type=click.Path(dir_okay=False))
+@click.option(
+    "--original",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The original answers (only to score the attack; the attack never reads them).",
+)
+@click.option(
+    "--mechanism",
+    "-M",
+    required=True,
+    type=click.Choice(MECHANISM_NAMES),
+    help="The mechanism that produced PERTURBED (reported beside the result).",
+)
+@click.option("--epsilon", "-e", type=float, help="Its per-answer epsilon.")
+@mechanism_params()
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def attack_cmd(
+    perturbed: str,
+    original: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Try to recover workers' original answers from PERTURBED, as an untrusted requester would,
+    and report the fraction recovered against chance."""
+    import pandas as pd
+
+    from ..answers import Answers
+    from ..attack import attack
+    from ..mechanisms import MECHANISMS, make_mechanism
+
+    if MECHANISMS[mechanism].kind != "categorical":
+        raise ValidationError(f"The attack covers categorical mechanisms; {mechanism!r} is not.")
+    orig = Answers.from_path(original, kind="categorical")
+    assert orig.labels is not None
+    pert = Answers.from_path(perturbed, kind="categorical", labels=list(orig.labels))
+    # Same cells in the same order: align the perturbed rows to the original ones.
+    key = pd.MultiIndex.from_arrays([pert.tasks.take(pert.task), pert.workers.take(pert.worker)])
+    want = pd.MultiIndex.from_arrays([orig.tasks.take(orig.task), orig.workers.take(orig.worker)])
+    pos = key.get_indexer(want)
+    if (pos < 0).any() or len(key) != len(want):
+        raise ValidationError("PERTURBED and --original must hold the same (task, worker) cells.")
+    aligned = orig.with_values(pert.value[pos])
+    params = _parse_params(param)
+    params.setdefault("n_labels", orig.n_labels)
+    mech = make_mechanism(mechanism, epsilon, **params)
+    result: dict[str, Any] = {**attack(orig, aligned).as_dict(), "claimed": str(mech.guarantee)}
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for key_, value in result.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        click.echo(f"{key_:>16}: {shown}")
+
+
+@click.command("epsilon")
+@MECHANISM
+@click.option(
+    "--epsilon", "-e", type=float, help="Print the parameters that achieve this per-answer epsilon."
+)
+@mechanism_params("e.g. -p f=0.3 -p n_labels=4")
+def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
+    """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
+    from ..mechanisms import make_mechanism
+
+    mech = make_mechanism(
+        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
+    )
+    shown = [
+        f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
+    ]
+    click.echo(f"{mechanism}: {', '.join(shown)}")
+    click.echo(f"guarantee: {mech.guarantee}")
+    if mech.guarantee.note:
+        click.echo(f"note: {mech.guarantee.note}")

@@ -1,0 +1,460 @@
+"""``privtd serve``, ``requester``, ``campaign`` and ``client``: the collection service."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._files import atomic_write_text
+from ..errors import ValidationError
+from ._common import (
+    _atomic_csv,
+    _note_pooled_interval,
+    _parse_params,
+    _parse_value,
+)
+
+
+def _service() -> Any:
+    try:
+        from .. import service
+    except ImportError as exc:
+        raise ImportError(
+            f"The service needs its extra ({exc.name} is missing): pip install 'privtd[service]'."
+        ) from None
+    return service
+
+
+@click.command()
+@click.option(
+    "--db",
+    "url",
+    default="sqlite:///privtd.db",
+    show_default=True,
+    help="Database URL: sqlite:///FILE, or postgresql://USER@HOST:PORT/DB.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--requester-token",
+    envvar="PRIVTD_REQUESTER_TOKEN",
+    help="Register this requester token (env PRIVTD_REQUESTER_TOKEN), at least 32 random "
+    "characters (python -c 'import secrets; print(secrets.token_urlsafe(32))'); without it, a "
+    "new database makes one and prints it once.",
+)
+@click.option(
+    "--max-epsilon",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
+    "are given (and take no reports for one made under a laxer ceiling).",
+)
+@click.option(
+    "--dask-scheduler",
+    envvar="PRIVTD_DASK_SCHEDULER",
+    metavar="tcp://HOST:PORT",
+    help="Aggregate campaigns on this Dask cluster (env PRIVTD_DASK_SCHEDULER), for the "
+    "methods that run there (docs/scale.md); the others, in this process.",
+)
+@click.option(
+    "--dask-dir",
+    envvar="PRIVTD_DASK_DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="With --dask-scheduler: a folder every Dask worker can read, for the campaign's "
+    "reports as Parquet (default: the system's temporary folder).",
+)
+def serve(
+    url: str,
+    host: str,
+    port: int,
+    requester_token: str | None,
+    max_epsilon: float,
+    dask_scheduler: str | None,
+    dask_dir: str | None,
+) -> None:
+    """Run the collection service: workers submit perturbed reports, the requester aggregates.
+
+    The API is described at /docs (OpenAPI at /openapi.json); workers' page at /collect.
+    """
+    service = _service()
+    import uvicorn
+
+    app = service.create_app(
+        url,
+        requester_token=requester_token,
+        max_epsilon=max_epsilon,
+        dask_scheduler=dask_scheduler,
+        dask_dir=dask_dir,
+    )
+    if app.state.new_requester_token:
+        click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
+    if app.state.runner.interrupted:
+        click.echo(
+            f"{app.state.runner.interrupted} aggregation run(s) left running by a server that "
+            "stopped are marked failed; start them again (privtd campaign aggregate)",
+            err=True,
+        )
+    click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+DB = click.option(
+    "--db",
+    "url",
+    default="sqlite:///privtd.db",
+    show_default=True,
+    help="The server's database URL (as given to privtd serve).",
+)
+
+
+@click.group()
+def requester() -> None:
+    """The server operator's side: list requesters, revoke or replace a requester's token.
+
+    These work on the database directly (run them where privtd serve runs), so they work when
+    the token itself is lost or leaked. A requester holding its token can do the same over the
+    API: DELETE /requester/token revokes it, POST /requester/token replaces it.
+    """
+
+
+@requester.command("list")
+@DB
+def requester_list(url: str) -> None:
+    """Print every requester: id, created, revoked (or -), number of campaigns."""
+    service = _service()
+    engine = service.db.connect(url)
+    for r in service.requesters.listing(engine):
+        revoked = "-" if r["revoked_at"] is None else f"revoked {r['revoked_at']:%Y-%m-%d %H:%M}"
+        click.echo(f"{r['id']}  {r['created_at']:%Y-%m-%d %H:%M}  {revoked}  {r['campaigns']}")
+    engine.dispose()
+
+
+@requester.command("revoke")
+@click.argument("requester_id")
+@DB
+def requester_revoke(requester_id: str, url: str) -> None:
+    """Revoke REQUESTER_ID's token: refused from now on (its campaigns stay; rotate makes a
+    new token for them)."""
+    service = _service()
+    engine = service.db.connect(url)
+    service.requesters.revoke(engine, requester_id)
+    engine.dispose()
+    click.echo(f"revoked the token of requester {requester_id}", err=True)
+
+
+@requester.command("rotate")
+@click.argument("requester_id")
+@DB
+def requester_rotate(requester_id: str, url: str) -> None:
+    """Print a new token for REQUESTER_ID (its campaigns); the old token stops working."""
+    service = _service()
+    engine = service.db.connect(url)
+    token = service.requesters.rotate(engine, requester_id)
+    engine.dispose()
+    click.echo(token)
+    click.echo("the previous token of this requester no longer works", err=True)
+
+
+TOKEN = click.option(
+    "--token",
+    envvar="PRIVTD_REQUESTER_TOKEN",
+    required=True,
+    help="The requester token (env PRIVTD_REQUESTER_TOKEN).",
+)
+
+
+@click.group()
+def campaign() -> None:
+    """A requester's side of the service: create a campaign, aggregate its reports."""
+
+
+@campaign.command("create")
+@click.argument("url")
+@click.option(
+    "--tasks",
+    "tasks_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="CSV with a 'task' column (and optionally 'text', shown to workers).",
+)
+@click.option("--mechanism", required=True, help="one-layer, two-layer, binary-rr, ...")
+@click.option("--epsilon", type=float, help="The mechanism's epsilon (or give --param).")
+@click.option(
+    "--param",
+    "--mechanism-param",
+    "param",
+    multiple=True,
+    help="Mechanism parameter KEY=VALUE (repeatable; --mechanism-param is the same).",
+)
+@click.option("--labels", help="Comma-separated answer domain, for categorical mechanisms.")
+@click.option("--budget", required=True, type=float, help="Each worker's privacy budget.")
+@click.option("--method", help="Inference method (default: the perturbation-aware one).")
+@click.option("--name", default="campaign", show_default=True)
+@click.option(
+    "--open-enrolment",
+    is_flag=True,
+    help="Let anyone with the campaign id enrol, without a code. Anyone can then add fake "
+    "workers, each with a fresh budget; by default workers need a code ('campaign codes').",
+)
+@click.option("--max-workers", type=click.IntRange(min=1), help="Admit at most this many workers.")
+@TOKEN
+def campaign_create(
+    url: str,
+    tasks_path: str,
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    labels: str | None,
+    budget: float,
+    method: str | None,
+    name: str,
+    open_enrolment: bool,
+    max_workers: int | None,
+    token: str,
+) -> None:
+    """Create a campaign on the server at URL; prints its id and the workers' page. Workers
+    enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
+    import pandas as pd
+
+    from ..client import Requester
+
+    frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
+    if "task" not in frame.columns:
+        raise ValidationError(f"{tasks_path} lacks a 'task' column.")
+    if frame.empty or (frame["task"] == "").any():
+        raise ValidationError(f"{tasks_path} has no tasks, or an empty task key.")
+    if frame["task"].duplicated().any():
+        dup = frame["task"][frame["task"].duplicated()].iloc[0]
+        raise ValidationError(f"{tasks_path} names task {dup!r} twice; one row per task.")
+    texts = frame["text"] if "text" in frame.columns else [""] * len(frame)
+    tasks = [{"key": k, "text": t} for k, t in zip(frame["task"], texts, strict=True)]
+    domain = None if labels is None else [_parse_value(v.strip()) for v in labels.split(",")]
+    made = Requester(url, token).create_campaign(
+        name,
+        tasks,
+        mechanism,
+        budget=budget,
+        epsilon=epsilon,
+        params=_parse_params(param),
+        labels=domain,
+        method=method,
+        open_enrolment=open_enrolment,
+        max_workers=max_workers,
+    )
+    click.echo(made["id"])
+    if made.get("warning"):
+        click.echo(f"privtd: warning: {made['warning']}", err=True)
+    click.echo(
+        f"{len(tasks)} tasks, {made['mechanism']['guarantee']}, method {made['method']}; "
+        f"workers open {url.rstrip('/')}/collect?campaign={made['id']}",
+        err=True,
+    )
+
+
+@campaign.command("codes")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--count", "-n", default=1, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--expires-in",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Hours until the codes expire (default: never).",
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="File for the codes.")
+@TOKEN
+def campaign_codes(
+    url: str, campaign_id: str, count: int, expires_in: float | None, output: str | None, token: str
+) -> None:
+    """Issue enrolment codes for CAMPAIGN_ID: each admits one worker, once. Hand each to one
+    person; they are shown here only (the server keeps their hashes)."""
+    from ..client import Requester
+
+    out = Requester(url, token).issue_codes(
+        campaign_id, count, expires_in=None if expires_in is None else expires_in * 3600
+    )
+    text = "".join(f"{c}\n" for c in out["codes"])
+    if output:
+        atomic_write_text(Path(output), text)
+    else:
+        click.echo(text, nl=False)
+    until = f", expiring {out['expires_at']}" if out["expires_at"] else ""
+    click.echo(f"{len(out['codes'])} enrolment code(s){until}", err=True)
+
+
+@campaign.command("aggregate")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="CSV: task,truth,confidence.")
+@click.option("--workers", type=click.Path(dir_okay=False), help="CSV: worker,weight.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800.0,
+    show_default=True,
+    help="Seconds to wait for the run; past them the command fails and the run goes on.",
+)
+@TOKEN
+def campaign_aggregate(
+    url: str,
+    campaign_id: str,
+    output: str | None,
+    workers: str | None,
+    timeout: float,
+    token: str,
+) -> None:
+    """Run the campaign's estimator on its reports (resuming from the last run) and write the
+    truths; prints the privacy report."""
+    import pandas as pd
+
+    from ..client import Requester
+
+    def progress(run: dict[str, Any]) -> None:
+        if run["status"] == "running" and sys.stderr.isatty():
+            click.echo(f"\riteration {run['iteration']}", nl=False, err=True)
+
+    result = Requester(url, token).aggregate(campaign_id, progress=progress, timeout=timeout)
+    truths = pd.Series(result["truths"], name="truth").rename_axis("task")
+    frame = truths.to_frame()
+    if result["confidence"] is not None:
+        frame["confidence"] = pd.Series(result["confidence"])
+    if output:
+        _atomic_csv(frame, output, index=True)
+    else:
+        click.echo(frame.to_csv(), nl=False)
+    if workers:
+        weights = pd.Series(result["workers"], name="weight").rename_axis("worker")
+        _atomic_csv(weights.to_frame(), workers, index=True)
+    privacy = result["privacy"]
+    click.echo(
+        f"{result['n_reports']} reports, {len(truths)} tasks with answers ({result['method']}); "
+        f"{privacy['guarantee']}; budget per worker epsilon {privacy['budget_per_worker']:g}",
+        err=True,
+    )
+    if "pooled_median_interval" in result:
+        _note_pooled_interval(*result["pooled_median_interval"])
+
+
+LEDGER = click.option(
+    "--ledger",
+    envvar="PRIVTD_LEDGER",
+    type=click.Path(dir_okay=False),
+    help="Your ceiling file (env PRIVTD_LEDGER; default privtd-ledger.json next to --state): "
+    "keep one for all your campaigns, so the lifetime total counts them all.",
+)
+
+
+@click.group()
+def client() -> None:
+    """A worker's side of the service: enrol, then perturb here and submit."""
+
+
+@client.command("enrol")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option("--name", required=True, help="The worker's name in the campaign.")
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="JSON file to keep state in."
+)
+@click.option("--code", envvar="PRIVTD_ENROLMENT_CODE", help="The enrolment code you were given.")
+@LEDGER
+def client_enrol(
+    url: str, campaign_id: str, name: str, state: str, code: str | None, ledger: str | None
+) -> None:
+    """Enrol in CAMPAIGN_ID at URL; the token and the budget go to --state. The campaign's
+    epsilon is shown and checked against your ceiling ('privtd client ceiling') first."""
+    from ..client import Worker
+
+    campaign, ceiling = _preview(url, campaign_id, state, ledger)
+    Worker.enrol(url, campaign_id, name, state, code=code, ledger=ceiling.path)
+    click.echo(
+        f"enrolled {name} in {campaign['name']!r}, budget epsilon {campaign['budget']:g}; "
+        f"state in {state}"
+    )
+
+
+def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
+    """Shows the campaign's epsilon and the worker's ceiling before anything is sent."""
+    from ..client import Worker
+
+    # Refused here (CeilingExceededError, one line) when above the ceiling: nothing was sent.
+    campaign, ceiling = Worker.preview(url, campaign_id, state, ledger)
+    mech = campaign["mechanism"]
+    click.echo(
+        f"campaign {campaign['name']!r}: {mech['name']}, epsilon {mech['epsilon']:.4g} per "
+        f"{mech['unit']} ({mech['guarantee']}); your ceiling: {ceiling.per_answer:g} per "
+        f"answer, lifetime {ceiling.total:.4g} of {ceiling.lifetime:g} spent ({ceiling.path})",
+        err=True,
+    )
+    return campaign, ceiling
+
+
+@client.command("ceiling")
+@LEDGER
+@click.option("--state", type=click.Path(dir_okay=False), help="A state file (its ceiling).")
+@click.option(
+    "--per-answer", type=click.FloatRange(min=0, min_open=True), help="New per-answer ceiling."
+)
+@click.option(
+    "--lifetime",
+    type=click.FloatRange(min=0, min_open=True),
+    help="New ceiling on the epsilon spent over all campaigns.",
+)
+def client_ceiling(
+    ledger: str | None, state: str | None, per_answer: float | None, lifetime: float | None
+) -> None:
+    """Show (or change) your own ceiling: the largest epsilon per answer a campaign may use
+    on your answers, and the total over all your campaigns. Defaults: 3 per answer, 100 in
+    all (docs/service.md says why)."""
+    from ..client import Ceiling
+
+    if ledger is None and state is not None:
+        ledger = json.loads(Path(state).read_text()).get("ledger")
+    # Without --state or --ledger: privtd-ledger.json in the current folder.
+    ceiling = Ceiling.for_state(state or "state.json", ledger)
+    if per_answer is not None or lifetime is not None:
+        ceiling.set(per_answer=per_answer, lifetime=lifetime)
+    click.echo(
+        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer; lifetime "
+        f"{ceiling.total:.6g} of {ceiling.lifetime:g} spent over {len(ceiling.spent)} campaign(s)"
+    )
+
+
+@client.command("submit")
+@click.argument("answers", type=click.Path(dir_okay=False, exists=True))
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="The worker's state file."
+)
+def client_submit(answers: str, state: str) -> None:
+    """Perturb ANSWERS (CSV: task,answer) on this machine and submit them."""
+    import pandas as pd
+
+    from ..client import Worker
+
+    frame = pd.read_csv(answers, dtype={"task": str})
+    missing = {"task", "answer"} - set(frame.columns)
+    if missing:
+        raise ValidationError(f"{answers} lacks column(s) {sorted(missing)}; need task,answer.")
+    if frame["task"].duplicated().any():
+        raise ValidationError(f"{answers} names a task more than once; one answer per task.")
+    if frame["answer"].isna().any():
+        raise ValidationError(f"{answers} has empty answers; drop those rows.")
+    worker = Worker(state)
+    mech = worker.campaign()["mechanism"]
+    click.echo(
+        f"campaign epsilon {worker.epsilon:.4g} per {mech['unit']}; your ceiling "
+        f"{worker.ceiling.per_answer:g}, lifetime {worker.ceiling.total:.4g} of "
+        f"{worker.ceiling.lifetime:g} spent",
+        err=True,
+    )
+    values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]
+    out = worker.submit(dict(zip(frame["task"], values, strict=True)))
+    click.echo(
+        # The worker's own count: it includes releases the server refused (it received them).
+        f"sent {out['n_reports']} perturbed report(s); spent epsilon "
+        f"{worker.state['spent_epsilon']:g} of {worker.state['budget']:g}"
+    )

@@ -1,0 +1,212 @@
+"""The fast command line (docs/scale.md): lazy imports, static choice lists, and the pyarrow CSV
+reader giving exactly what pandas gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from privtd import _csv
+from privtd.answers import Answers
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+# scipy's top level is light (numba imports it); its stats and special modules are not.
+HEAVY = ("numpy", "pandas", "scipy.stats", "scipy.special", "numba", "pyarrow")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has imported after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\nprint(json.dumps(sorted(set(sys.modules) & {set(HEAVY)!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["infer", "--help"], ["perturb", "--help"]])
+def test_help_imports_neither_numpy_nor_pandas(args):
+    code = (
+        "from privtd.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code in (0, None), exc.code\n"
+    )
+    assert _loaded_after(code) == []
+
+
+def test_import_privtd_is_light_and_its_names_still_resolve():
+    assert _loaded_after("import privtd") == []
+    # The lazy attributes load what they name, and only then.
+    assert "pandas" in _loaded_after("import privtd; privtd.Answers")
+    loaded = _loaded_after("import privtd; privtd.inference; privtd.mechanisms")
+    assert "scipy.stats" not in loaded and "scipy.special" not in loaded
+
+
+def test_lazy_attributes_are_the_real_objects():
+    import privtd
+    import privtd.inference as inference
+
+    assert privtd.inference is inference
+    assert privtd.METHODS is inference.METHODS
+    assert privtd.make_estimator is inference.make_estimator
+    assert privtd.Answers is Answers
+    assert set(privtd.__all__) <= set(dir(privtd))
+    with pytest.raises(AttributeError):
+        privtd.no_such_name  # noqa: B018
+
+
+def test_static_choice_lists_equal_the_registries():
+    from privtd.cli._names import MECHANISM_NAMES, METHOD_NAMES
+    from privtd.inference import METHODS, RELEASE_METHODS
+    from privtd.mechanisms import MECHANISMS
+
+    assert list(METHOD_NAMES) == [*METHODS, *RELEASE_METHODS]
+    assert list(MECHANISM_NAMES) == list(MECHANISMS)
+
+
+def test_every_command_loads_lazily_and_lists_in_help():
+    from click.testing import CliRunner
+
+    from privtd.cli._common import COMMANDS, cli
+
+    out = CliRunner().invoke(cli, ["--help"])
+    assert out.exit_code == 0
+    for name in COMMANDS:
+        assert f"  {name} " in out.output
+        assert cli.get_command(None, name).name == name  # type: ignore[arg-type, union-attr]
+
+
+# ---------------------------------------------------------------------- the CSV readers
+TRICKY = {
+    "quoted": 'task,worker,answer\n"t,1","w ""a""",yes\n"t\n2",w2,no\nt3,"w,3","ma, be"\n',
+    "integer_ids": "task,worker,answer\n007,1,1\n7,01,0\n1.0,1,1\n007,01,0\n",
+    "blank_cells": "task,worker,answer\nt1,w1,1\n,w2,0\nt2,,1\nt3,w3,\nt4,w4,0\n",
+    "na_tokens": "task,worker,answer\nNA,w1,a\nt2,null,b\nt3,w3,None\nt4,n/a,NaN\nt5,w5,b\n",
+    "unicode": "task,worker,answer\nété,ワーカー,✓\nété,wörker,✗\n日本,ワーカー,✓\n",
+    "bom": "\ufefftask,worker,answer\nt1,w1,1\nt2,w1,2\n",
+    "floats": "task,worker,answer\nt1,w1,0.1\nt1,w2,1e-3\nt2,w1,-2.5E1\nt2,w2,3\n",
+    "infinite": "task,worker,answer\nt1,w1,inf\nt2,w1,-inf\nt3,w2,1\n",
+    "bools": "task,worker,answer\nt1,w1,True\nt1,w2,false\nt2,w1,TRUE\n",
+    "int_with_blank": "task,worker,answer\nt1,w1,1\nt1,w2,\nt2,w1,2\n",
+    "mixed_labels": "task,worker,answer\nt1,w1,1\nt1,w2,a\nt2,w1, 2\n",
+    "spaces": "task,worker,answer\n t1 ,w1 , 1\nt1,w1,1 \n",
+    "extra_column": "task,worker,answer,note\nt1,w1,1,x\nt2,w1,0,\n",
+    "crlf": "task,worker,answer\r\nt1,w1,a\r\nt2,w2,b\r\n",
+    "big_int": "task,worker,answer\nt1,w1,99999999999999999999\nt2,w1,1\n",
+}
+# Input pyarrow leaves to pandas: pandas reads them its own way, or fails with its own error.
+TO_PANDAS = {
+    "ragged": "task,worker,answer\nt1,w1,1\nt2,w2\n",
+    "extra_field": "task,worker,answer\nt1,w1,1,9\n",
+    "duplicate_names": "task,worker,answer,answer\nt1,w1,1,2\n",
+    "blank_name": "task,worker,answer,\nt1,w1,1,2\n",
+    "header_only": "task,worker,answer\n",
+    "empty": "",
+    "latin1": "task,worker,answer\nt\xe9,w1,1\n",
+}
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.csv"
+    path.write_bytes(text.encode("latin-1" if name == "latin1" else "utf-8"))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", sorted(TRICKY))
+def test_pyarrow_reads_what_pandas_reads(name, tmp_path):
+    path = _write(tmp_path, name, TRICKY[name])
+    fast = _csv._read_pyarrow(path, ["task", "worker"])
+    assert fast is not None, "the pyarrow path should read this file itself"
+    pd.testing.assert_frame_equal(fast, _csv._read_pandas(path, ["task", "worker"]))
+
+
+@pytest.mark.parametrize("name", sorted(TO_PANDAS))
+def test_what_pyarrow_refuses_goes_to_pandas(name, tmp_path):
+    path = _write(tmp_path, name, TO_PANDAS[name])
+    assert _csv._read_pyarrow(path, ["task", "worker"]) is None
+    try:
+        expected = _csv._read_pandas(path, ["task", "worker"])
+    except Exception as exc:  # noqa: BLE001 - the same error, whatever it is
+        with pytest.raises(type(exc)):
+            _csv.read_csv(path, ["task", "worker"])
+    else:
+        pd.testing.assert_frame_equal(_csv.read_csv(path, ["task", "worker"]), expected)
+
+
+@pytest.mark.parametrize("name", ["quoted", "integer_ids", "unicode", "floats", "blank_cells"])
+def test_answers_from_csv_same_either_way(name, tmp_path, monkeypatch):
+    path = _write(tmp_path, name, TRICKY[name])
+    fast = Answers.from_csv(path, on_missing="drop")
+    monkeypatch.setattr(_csv, "_read_pyarrow", lambda *_: None)
+    slow = Answers.from_csv(path, on_missing="drop")
+    pd.testing.assert_frame_equal(fast.to_frame(), slow.to_frame())
+    pd.testing.assert_index_equal(fast.tasks, slow.tasks)
+    pd.testing.assert_index_equal(fast.workers, slow.workers)
+    assert fast.notes == slow.notes
+    if fast.labels is None:
+        assert slow.labels is None
+    else:
+        pd.testing.assert_index_equal(pd.Index(fast.labels), pd.Index(slow.labels))
+
+
+# ---------------------------------------------------------------------- the backend by size
+@pytest.fixture
+def default_policy(monkeypatch):
+    """The kernels as after a plain import with numba installed and no backend chosen."""
+    from privtd.inference import _kernels
+
+    if "numba" not in _kernels.available_backends():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(_kernels, "_backend", "numba")
+    monkeypatch.setattr(_kernels, "_chosen", False)
+    return _kernels
+
+
+def test_small_fits_run_numpy_kernels_unless_a_backend_is_chosen(default_policy, monkeypatch):
+    import threading
+
+    kernels = default_policy
+    with kernels.backend_for(kernels.NUMBA_MIN_ANSWERS - 1):
+        assert kernels.get_backend() == "numpy"
+        seen: list[str] = []
+        other = threading.Thread(target=lambda: seen.append(kernels.get_backend()))
+        other.start()
+        other.join()
+        assert seen == ["numba"]  # another thread's fit is not affected
+    assert kernels.get_backend() == "numba"
+    with kernels.backend_for(kernels.NUMBA_MIN_ANSWERS):
+        assert kernels.get_backend() == "numba"
+    monkeypatch.setattr(kernels, "_chosen", True)  # set_backend or PRIVTD_BACKEND
+    with kernels.backend_for(10):
+        assert kernels.get_backend() == "numba"
+
+
+def test_a_small_fit_never_calls_a_numba_kernel(default_policy, monkeypatch):
+    from privtd.datasets import make_categorical
+    from privtd.inference import DawidSkene
+
+    kernels = default_policy
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a numba kernel ran")
+
+    monkeypatch.setitem(kernels._NUMBA_KERNELS, "ds_step", refuse)
+    answers, truth, _ = make_categorical(200, 20, 2, rng=0)
+    fitted = DawidSkene().fit(answers)
+    # 200 tasks of 5 answers from workers of accuracy 0.55-0.95: about 0.85 right (sd 0.03)
+    assert (fitted.truths_ == truth.reindex(fitted.truths_.index)).mean() > 0.7
+    monkeypatch.setattr(kernels, "NUMBA_MIN_ANSWERS", 1)
+    with pytest.raises(AssertionError, match="numba kernel ran"):
+        DawidSkene().fit(answers)
