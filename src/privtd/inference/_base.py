@@ -195,6 +195,42 @@ class Estimator(ABC):
             raise ValidationError(f"{type(self).__name__} has no per-task probabilities.")
         return self.probas_
 
+    # ------------------------------------------------ crowd-kit's names (docs/reference.md)
+    @property
+    def labels_(self) -> pd.Series:
+        """crowd-kit's name for :attr:`truths_`."""
+        return self.truths_
+
+    @property
+    def skills_(self) -> pd.Series:
+        """crowd-kit's name for the worker weights: ``weights_["weight"]`` as a Series."""
+        return self.weights_["weight"].rename("skill").rename_axis("worker")
+
+    @property
+    def loss_history_(self) -> list[float]:
+        """crowd-kit's name for :attr:`objective_`, as a list (what it measures is stated per
+        estimator)."""
+        return [float(v) for v in self.objective_]
+
+    @property
+    def errors_(self) -> pd.DataFrame | None:
+        """The confusion matrices as crowd-kit's ``errors_``: rows a MultiIndex (worker, label
+        given), columns the true label, each column of a worker's block summing to 1. None for
+        models without per-worker confusions."""
+        confusion = self.__dict__.get("confusions_")
+        if confusion is None:
+            _ = self.truths_  # NotFittedError before fit
+            return None
+        answers = self._answers
+        assert answers.labels is not None
+        n_w, k = answers.n_workers, answers.n_labels
+        index = pd.MultiIndex.from_product(
+            [answers.workers, answers.labels], names=["worker", "label"]
+        )
+        return pd.DataFrame(
+            np.asarray(confusion).reshape(n_w * k, k), index=index, columns=answers.labels
+        )
+
     @property
     def warm_state_(self) -> dict[str, Any]:
         """What ``fit(..., warm_start=)`` resumes from, as plain lists (JSON-ready): the

@@ -55,6 +55,10 @@ class MMSR(Estimator):
         Draws the uniform start of ``u`` and ``v`` (crowd-kit's ``random_state``) and ARPACK's
         start on large sign graphs.
 
+    The steps follow the authors' code (github.com/maqqbu/MMSR, MainProgram.m and
+    sign_determination_valid.m), which fills ``C`` only where workers overlap and takes the
+    arg-max of the raw weighted votes.
+
     ``weights_["weight"]`` (also ``skills_``) is the vote weight; ``weights_["accuracy"]`` is
     ``p_u``. A worker who shares no task with anyone gets weight 0; a task whose workers all
     weigh 0 keeps its plain majority vote.
@@ -133,7 +137,8 @@ class MMSR(Estimator):
     def signs(self, cov: np.ndarray, common: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Per worker +1 or -1 from the two-colouring of the sign graph (0: no nonzero entry)."""
         n_w = cov.shape[0]
-        valid = np.flatnonzero(np.any(cov != 0.0, axis=1))
+        # The authors' rule (their sign_determination_valid.m): a worker whose row sums to 0.
+        valid = np.flatnonzero(cov.sum(axis=1) != 0.0)
         out = np.zeros(n_w)
         if len(valid) == 0:
             return out
@@ -191,6 +196,9 @@ def trimmed_means(
 
 
 def rank_one_distance(u: np.ndarray, v: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    """``||u v^T - a b^T||_F`` without forming either matrix."""
-    sq = (u @ u) * (v @ v) + (a @ a) * (b @ b) - 2.0 * (u @ a) * (v @ b)
+    """``||u v^T - a b^T||_F`` without forming either matrix. Written through the changes
+    ``du = u - a`` and ``dv = v - b`` (``du v^T + a dv^T``): expanding the two products instead
+    cancels terms of size ``|u|^2 |v|^2`` and cannot resolve a change near ``tol``."""
+    du, dv = u - a, v - b
+    sq = (du @ du) * (v @ v) + (a @ a) * (dv @ dv) + 2.0 * (du @ a) * (v @ dv)
     return float(np.sqrt(max(sq, 0.0)))
