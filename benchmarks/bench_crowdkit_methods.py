@@ -14,6 +14,7 @@ on their attrs classes with scikit-learn >= 1.6; the check guards only ``predict
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
 from collections.abc import Callable
@@ -110,6 +111,18 @@ def accuracy(labels: pd.Series, truth: pd.Series) -> float:
     return same(truth, labels)
 
 
+def tie_orders() -> dict[str, list[Any]]:
+    """Per dataset, the label order crowd-kit's MajorityVote breaks ties in (its columns)."""
+    orders = {}
+    for name in CATEGORICAL:
+        frame = datasets.load(name).answers.to_frame().rename(columns={"answer": "label"})
+        orders[name] = [
+            label.item() if hasattr(label, "item") else label
+            for label in ck.MajorityVote().fit(frame).probas_.columns
+        ]
+    return orders
+
+
 def real(lines: list[str]) -> None:
     lines.append(
         "dataset        method       agree  agree@steps  acc_privtd  acc_crowdkit  "
@@ -190,6 +203,7 @@ def main() -> None:
         "zbs: tol=0, all 100 steps; mmsr: crowd-kit's step count with its two departures from "
         "the authors' code put back, see CrowdKitConventionsMMSR)"
     ]
+    (REFERENCE / "ckit2_tie_order.json").write_text(json.dumps(tie_orders(), indent=1) + "\n")
     real(lines)
     synthetic(lines, args.synthetic_tasks)
     lines.append(f"load {os.getloadavg()[0]:.2f} at end")

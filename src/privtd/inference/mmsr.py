@@ -137,8 +137,10 @@ class MMSR(Estimator):
     def signs(self, cov: np.ndarray, common: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Per worker +1 or -1 from the two-colouring of the sign graph (0: no nonzero entry)."""
         n_w = cov.shape[0]
-        # The authors' rule (their sign_determination_valid.m): a worker whose row sums to 0.
-        valid = np.flatnonzero(cov.sum(axis=1) != 0.0)
+        # A worker with no nonzero entry has no edge. The authors' code (and crowd-kit) test the
+        # row sum instead, which also drops a worker whose entries happen to cancel (+1 and -1:
+        # tests/test_crowdkit_methods.py's hand case) and leaves it unsigned.
+        valid = np.flatnonzero(np.any(cov != 0.0, axis=1))
         out = np.zeros(n_w)
         if len(valid) == 0:
             return out
