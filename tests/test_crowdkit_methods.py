@@ -345,3 +345,31 @@ def test_binary_relevance_errors():
         _ = BinaryRelevance().truths_
     with pytest.raises(ValidationError, match="Unknown method"):
         BinaryRelevance("nope").fit(MULTI)
+
+
+def _cli(args, capsys):
+    from privtd.cli import main
+
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_multi_label(tmp_path, capsys):
+    src = tmp_path / "ml.csv"
+    src.write_text(
+        "task,worker,answer\n1,a,cat\n1,b,cat|dog\n1,c,cat|dog\n2,a,\n2,b,dog\n2,c,bird\n"
+    )
+    out, probas = tmp_path / "out.csv", tmp_path / "p.csv"
+    args = ["infer", str(src), "-m", "mv", "--multi-label", "|", "-o", str(out)]
+    code, _, err = _cli([*args, "--probas-output", str(probas)], capsys)
+    assert code == 0, err
+    truths = pd.read_csv(out, keep_default_na=False)
+    assert truths["truth"].tolist() == ["cat|dog", ""]
+    assert pd.read_csv(probas, index_col="task").loc[1, "dog"] == pytest.approx(2 / 3)
+    code, _, err = _cli([*args, "-M", "one-layer", "-e", "1"], capsys)
+    assert code != 0 and "--multi-label needs --method" in err and "Traceback" not in err
