@@ -52,8 +52,8 @@ class BinaryRelevance:
     >>> from privtd.inference import BinaryRelevance
     >>> frame = pd.DataFrame({"task": [1, 1, 1], "worker": ["a", "b", "c"],
     ...                       "answer": [["cat"], ["cat", "dog"], ["cat", "dog"]]})
-    >>> BinaryRelevance("mv").fit(frame).truths_.tolist()
-    [{'cat', 'dog'}]
+    >>> sorted(BinaryRelevance("mv").fit(frame).truths_.loc[1])
+    ['cat', 'dog']
     """
 
     def __init__(self, method: str = "mv", **params: Any) -> None:

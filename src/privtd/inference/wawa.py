@@ -24,7 +24,7 @@ class Wawa(Estimator):
     >>> from privtd.inference import Wawa
     >>> est = Wawa().fit(datasets.load("dog").answers)
     >>> round(float(est.skills_.mean()), 3)
-    0.706
+    0.787
     """
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
