@@ -150,6 +150,11 @@ class Estimator(ABC):
     converged_ : bool
     objective_ : ndarray
         The objective after each iteration (what it is, is stated per estimator).
+
+    crowd-kit's names answer too: ``labels_`` (``truths_``), ``skills_`` (``weights_["weight"]``
+    as a Series), ``loss_history_`` (``objective_`` as a list) and ``errors_`` (the confusion
+    matrices as a DataFrame indexed by (worker, label given), columns the true label; None for
+    models without them).
     """
 
     kinds: ClassVar[tuple[str, ...]] = ("categorical",)
@@ -194,42 +199,6 @@ class Estimator(ABC):
         if self.probas_ is None:
             raise ValidationError(f"{type(self).__name__} has no per-task probabilities.")
         return self.probas_
-
-    # ------------------------------------------------ crowd-kit's names (docs/reference.md)
-    @property
-    def labels_(self) -> pd.Series:
-        """crowd-kit's name for :attr:`truths_`."""
-        return self.truths_
-
-    @property
-    def skills_(self) -> pd.Series:
-        """crowd-kit's name for the worker weights: ``weights_["weight"]`` as a Series."""
-        return self.weights_["weight"].rename("skill").rename_axis("worker")
-
-    @property
-    def loss_history_(self) -> list[float]:
-        """crowd-kit's name for :attr:`objective_`, as a list (what it measures is stated per
-        estimator)."""
-        return [float(v) for v in self.objective_]
-
-    @property
-    def errors_(self) -> pd.DataFrame | None:
-        """The confusion matrices as crowd-kit's ``errors_``: rows a MultiIndex (worker, label
-        given), columns the true label, each column of a worker's block summing to 1. None for
-        models without per-worker confusions."""
-        confusion = self.__dict__.get("confusions_")
-        if confusion is None:
-            _ = self.truths_  # NotFittedError before fit
-            return None
-        answers = self._answers
-        assert answers.labels is not None
-        n_w, k = answers.n_workers, answers.n_labels
-        index = pd.MultiIndex.from_product(
-            [answers.workers, answers.labels], names=["worker", "label"]
-        )
-        return pd.DataFrame(
-            np.asarray(confusion).reshape(n_w * k, k), index=index, columns=answers.labels
-        )
 
     @property
     def warm_state_(self) -> dict[str, Any]:
@@ -276,7 +245,12 @@ class Estimator(ABC):
         return f"{type(self).__name__}({args})"
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: a fitted attribute read before fit.
+        # Only reached when normal lookup fails: crowd-kit's name for a fitted attribute (an
+        # estimator that sets one itself, e.g. its own skills_, wins), or a fitted attribute
+        # read before fit.
+        alias = _CROWDKIT_ALIASES.get(name)
+        if alias is not None and "truths_" in self.__dict__:
+            return alias(self)
         if name.endswith("_") and not name.startswith("_"):
             raise NotFittedError(
                 f"{type(self).__name__}.{name} is not available: call fit(answers) first."
@@ -345,6 +319,31 @@ class Estimator(ABC):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+
+def _errors(est: Estimator) -> pd.DataFrame | None:
+    """The confusion matrices shaped as crowd-kit's ``errors_``: rows a MultiIndex (worker,
+    label given), columns the true label; None for models without per-worker confusions."""
+    confusion = est.__dict__.get("confusions_")
+    answers = est._answers
+    if confusion is None or answers.labels is None:
+        return None
+    n_w, k = answers.n_workers, answers.n_labels
+    index = pd.MultiIndex.from_product([answers.workers, answers.labels], names=["worker", "label"])
+    return pd.DataFrame(
+        np.asarray(confusion).reshape(n_w * k, k), index=index, columns=answers.labels
+    )
+
+
+#: crowd-kit's attribute names, answered from privtd's (docs/reference.md): ``labels_`` is
+#: ``truths_``, ``skills_`` the worker weight, ``loss_history_`` the objective as a list,
+#: ``errors_`` the labelled confusions.
+_CROWDKIT_ALIASES: dict[str, Callable[[Estimator], Any]] = {
+    "labels_": lambda est: est.truths_,
+    "skills_": lambda est: est.weights_["weight"].rename("skill").rename_axis("worker"),
+    "loss_history_": lambda est: [float(v) for v in est.objective_],
+    "errors_": _errors,
+}
 
 
 def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> None:
