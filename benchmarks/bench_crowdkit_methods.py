@@ -171,13 +171,13 @@ def synthetic(lines: list[str], n_tasks: int) -> None:
     lines.append("")
     lines.append(
         f"synthetic: {n_tasks} tasks, 100 workers, 2 labels, 5 answers per task "
-        "(make_categorical rng=11); best of 3 privtd fits, 1 crowd-kit fit"
+        "(make_categorical rng=11); best of 7 privtd fits, 1 crowd-kit fit"
     )
     lines.append("method       t_privtd  t_crowdkit  ratio  agree  acc_privtd  acc_crowdkit")
     for method, (ours_cls, theirs_cls, _) in PAIRS.items():
         ck_labels, t_ck = timed(lambda theirs_cls=theirs_cls: theirs_cls().fit_predict(frame))
         best = float("inf")
-        for _ in range(3):
+        for _ in range(7):
             ours, t = timed(lambda cls=ours_cls: cls().fit(answers))
             best = min(best, t)
         lines.append(
