@@ -270,7 +270,11 @@ def test_crowdkit_attribute_names():
     # Each (worker, true label) column of a block is a distribution over the given label.
     np.testing.assert_allclose(errors.groupby(level="worker").sum().to_numpy(), 1.0)
     w = answers.workers[3]
-    np.testing.assert_allclose(errors.loc[w].to_numpy(), ds.confusions_[3])
+    assert errors is ds.confusions_
+    cube = ds.confusions_.to_numpy().reshape(answers.n_workers, answers.n_labels, -1)
+    np.testing.assert_allclose(errors.loc[w].to_numpy(), cube[3])
+    # Rows are the label given, columns the truth: the [worker, answer, truth] cube.
+    assert errors.columns.name == "truth"
     assert MajorityVote().fit(answers).errors_ is None
     with pytest.raises(NotFittedError):
         _ = DawidSkene().errors_

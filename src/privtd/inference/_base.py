@@ -321,18 +321,23 @@ class Estimator(ABC):
             )
 
 
-def _errors(est: Estimator) -> pd.DataFrame | None:
-    """The confusion matrices shaped as crowd-kit's ``errors_``: rows a MultiIndex (worker,
-    label given), columns the true label; None for models without per-worker confusions."""
-    confusion = est.__dict__.get("confusions_")
-    answers = est._answers
-    if confusion is None or answers.labels is None:
-        return None
-    n_w, k = answers.n_workers, answers.n_labels
+def confusion_frame(answers: Answers, cube: np.ndarray) -> pd.DataFrame:
+    """Confusion matrices ``cube[worker, answer, truth]`` (codes) as a labelled DataFrame, the
+    shape crowd-kit's ``errors_`` has: rows a MultiIndex (worker, label given), columns the true
+    label, each (worker, true label) column summing to 1 over its block. The array back:
+    ``frame.to_numpy().reshape(n_workers, K, K)``."""
+    assert answers.labels is not None
+    n_w, k = len(answers.workers), len(answers.labels)
     index = pd.MultiIndex.from_product([answers.workers, answers.labels], names=["worker", "label"])
-    return pd.DataFrame(
-        np.asarray(confusion).reshape(n_w * k, k), index=index, columns=answers.labels
-    )
+    columns = answers.labels.copy()
+    columns.name = "truth"
+    return pd.DataFrame(np.asarray(cube).reshape(n_w * k, k), index=index, columns=columns)
+
+
+def _errors(est: Estimator) -> pd.DataFrame | None:
+    """crowd-kit's ``errors_``: ``confusions_`` (None for models without per-worker ones)."""
+    confusion = est.__dict__.get("confusions_")
+    return confusion if isinstance(confusion, pd.DataFrame) else None
 
 
 #: crowd-kit's attribute names, answered from privtd's (docs/reference.md): ``labels_`` is
