@@ -184,7 +184,8 @@ def test_dawid_skene_e_step(binary):
 def test_dawid_skene_fixed_point(binary):
     ds = DawidSkene(tol=1e-12, max_iter=1000).fit(binary)
     mu = ds.probas_.to_numpy()
-    np.testing.assert_allclose(ds_m_step(binary, mu), ds.confusions_, atol=1e-6)
+    cube = ds.confusions_.to_numpy().reshape(-1, 2, 2)
+    np.testing.assert_allclose(ds_m_step(binary, mu), cube, atol=1e-6)
     np.testing.assert_allclose(ds.priors_, mu.mean(axis=0), atol=1e-12)
     assert np.all(np.diff(ds.objective_) >= -1e-12)  # EM never lowers the likelihood
 

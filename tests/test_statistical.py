@@ -44,7 +44,8 @@ def test_one_coin_recovers_accuracies(crowd):
 def test_dawid_skene_recovers_confusions(crowd):
     answers, truth, params = crowd
     ds = DawidSkene().fit(answers)
-    diag = np.diagonal(ds.confusions_, axis1=1, axis2=2)
+    cube = ds.confusions_.to_numpy().reshape(answers.n_workers, answers.n_labels, -1)
+    diag = np.diagonal(cube, axis1=1, axis2=2)
     # Each diagonal cell rests on about 1,000 / 3 answers: se <= 0.5 / sqrt(333) = 0.027.
     assert np.abs(diag - params["accuracy"][:, None]).max() < 5 * 0.5 / np.sqrt(333)
 

@@ -26,6 +26,10 @@ METHOD_NAMES = (
     "mean",
     "median",
     "private-ds",
+    "wawa",
+    "zbs",
+    "kos",
+    "mmsr",
     "aware-null",
 )
 

@@ -109,6 +109,13 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
     help="Estimator parameter, repeatable (e.g. -p max_iter=50 -p tol=1e-4).",
 )
 @click.option(
+    "--multi-label",
+    metavar="SEP",
+    help="Each answer is a set of labels joined by SEP (e.g. 'cat|dog'; empty: none): fit "
+    "--method once per label on whether each worker chose it (binary relevance, "
+    "docs/inference.md). Truths are written joined by SEP.",
+)
+@click.option(
     "--progress/--no-progress",
     default=None,
     help="Show a progress bar over iterations (default: when stderr is a terminal).",
@@ -156,6 +163,7 @@ def infer(
     single_worker: str,
     gold: str | None,
     param: tuple[str, ...],
+    multi_label: str | None,
     progress: bool | None,
     engine: str,
     scheduler: str | None,
@@ -175,6 +183,21 @@ def infer(
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    if multi_label is not None:
+        if mechanism or engine != "memory" or method is None:
+            raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
+        _infer_multi_label(
+            answers,
+            method,
+            multi_label,
+            _parse_params(param),
+            gold,
+            output,
+            workers_output,
+            probas_output,
+            (task_col, worker_col, answer_col),
+        )
+        return
     read: dict[str, Any] = dict(
         task=task_col,
         worker=worker_col,
@@ -416,3 +439,50 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
             f"  {aware}: the perturbation-aware default (privtd infer -M two-layer); one release,"
             " so each accuracy moves by a few hundredths with --seed"
         )
+
+
+def _infer_multi_label(
+    answers: str,
+    method: str,
+    sep: str,
+    params: dict[str, Any],
+    gold: str | None,
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+    columns: tuple[str, str, str],
+) -> None:
+    """``privtd infer --multi-label SEP``: binary relevance over ``method``."""
+    import pandas as pd
+
+    from ..errors import SchemaError
+    from ..inference import BinaryRelevance
+
+    task, worker, answer = columns
+    frame = pd.read_csv(answers, dtype={answer: str}, keep_default_na=False)
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise SchemaError(
+            f"The answers table lacks column(s) {missing}: expected {list(columns)}, found "
+            f"{list(frame.columns)}. Pass --task-col, --worker-col or --answer-col."
+        )
+    chosen = frame[answer].str.split(sep, regex=False).map(lambda labels: [x for x in labels if x])
+    data = pd.DataFrame({"task": frame[task], "worker": frame[worker], "answer": chosen})
+    truth = None
+    if gold:
+        known = _read_truth_csv(gold).astype(str)
+        truth = known.str.split(sep, regex=False).map(lambda labels: [x for x in labels if x])
+    est = BinaryRelevance(method, **params).fit(data, gold=truth)
+    if probas_output and est.probas_ is None:
+        raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
+    joined = est.truths_.map(lambda labels: sep.join(sorted(labels)))
+    _atomic_csv(joined.rename_axis("task").reset_index(), output, index=False)
+    if workers_output:
+        _atomic_csv(est.weights_.rename_axis("worker"), workers_output, index=True)
+    if probas_output and est.probas_ is not None:
+        _atomic_csv(est.probas_.rename_axis("task"), probas_output, index=True)
+    click.echo(
+        f"{method} per label (binary relevance): {len(joined)} tasks, "
+        f"{len(est.estimators_)} labels -> {output}",
+        err=True,
+    )

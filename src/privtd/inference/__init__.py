@@ -13,20 +13,25 @@ from ._base import Estimator
 from .aware_dawid_skene import AwareDawidSkene
 from .aware_gaussian import AwareGaussian
 from .aware_null import AwareNull
+from .binary_relevance import BinaryRelevance
 from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
 from .distributed import DISTRIBUTED_METHODS, fit_distributed
 from .gtm import GTM
+from .kos import KOS
 from .latent_class import LatentClass
 from .majority_vote import MajorityVote
 from .mean_median import Mean, Median
+from .mmsr import MMSR
 from .one_coin_dawid_skene import OneCoinDawidSkene
 from .perturbation_aware import AwareOneCoin
 from .private_dawid_skene import PrivateDawidSkene
 from .raykar import Raykar
+from .wawa import Wawa
 from .weighted_average import WeightedAverage
 from .weighted_vote import WeightedVote
+from .zero_based_skill import ZeroBasedSkill
 
 __all__ = [
     "Estimator",
@@ -47,6 +52,11 @@ __all__ = [
     "Mean",
     "Median",
     "PrivateDawidSkene",
+    "Wawa",
+    "ZeroBasedSkill",
+    "KOS",
+    "MMSR",
+    "BinaryRelevance",
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",
@@ -75,6 +85,10 @@ METHODS: dict[str, type[Estimator]] = {
     "mean": Mean,
     "median": Median,
     "private-ds": PrivateDawidSkene,
+    "wawa": Wawa,
+    "zbs": ZeroBasedSkill,
+    "kos": KOS,
+    "mmsr": MMSR,
 }
 
 

@@ -151,6 +151,11 @@ class Estimator(ABC):
     converged_ : bool
     objective_ : ndarray
         The objective after each iteration (what it is, is stated per estimator).
+
+    crowd-kit's names answer too: ``labels_`` (``truths_``), ``skills_`` (``weights_["weight"]``
+    as a Series), ``loss_history_`` (``objective_`` as a list) and ``errors_`` (the confusion
+    matrices as a DataFrame indexed by (worker, label given), columns the true label; None for
+    models without them).
     """
 
     kinds: ClassVar[tuple[str, ...]] = ("categorical",)
@@ -242,7 +247,12 @@ class Estimator(ABC):
         return f"{type(self).__name__}({args})"
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: a fitted attribute read before fit.
+        # Only reached when normal lookup fails: crowd-kit's name for a fitted attribute (an
+        # estimator that sets one itself, e.g. its own skills_, wins), or a fitted attribute
+        # read before fit.
+        alias = _CROWDKIT_ALIASES.get(name)
+        if alias is not None and "truths_" in self.__dict__:
+            return alias(self)
         if name.endswith("_") and not name.startswith("_"):
             raise NotFittedError(
                 f"{type(self).__name__}.{name} is not available: call fit(answers) first."
@@ -311,6 +321,36 @@ class Estimator(ABC):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+
+def confusion_frame(answers: Answers, cube: np.ndarray) -> pd.DataFrame:
+    """Confusion matrices ``cube[worker, answer, truth]`` (codes) as a labelled DataFrame, the
+    shape crowd-kit's ``errors_`` has: rows a MultiIndex (worker, label given), columns the true
+    label, each (worker, true label) column summing to 1 over its block. The array back:
+    ``frame.to_numpy().reshape(n_workers, K, K)``."""
+    assert answers.labels is not None
+    n_w, k = len(answers.workers), len(answers.labels)
+    index = pd.MultiIndex.from_product([answers.workers, answers.labels], names=["worker", "label"])
+    columns = answers.labels.copy()
+    columns.name = "truth"
+    return pd.DataFrame(np.asarray(cube).reshape(n_w * k, k), index=index, columns=columns)
+
+
+def _errors(est: Estimator) -> pd.DataFrame | None:
+    """crowd-kit's ``errors_``: ``confusions_`` (None for models without per-worker ones)."""
+    confusion = est.__dict__.get("confusions_")
+    return confusion if isinstance(confusion, pd.DataFrame) else None
+
+
+#: crowd-kit's attribute names, answered from privtd's (docs/reference.md): ``labels_`` is
+#: ``truths_``, ``skills_`` the worker weight, ``loss_history_`` the objective as a list,
+#: ``errors_`` the labelled confusions.
+_CROWDKIT_ALIASES: dict[str, Callable[[Estimator], Any]] = {
+    "labels_": lambda est: est.truths_,
+    "skills_": lambda est: est.weights_["weight"].rename("skill").rename_axis("worker"),
+    "loss_history_": lambda est: [float(v) for v in est.objective_],
+    "errors_": _errors,
+}
 
 
 def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> None:

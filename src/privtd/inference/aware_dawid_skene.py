@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, _check_choice, _check_float
+from ._base import Estimator, Gold, _check_choice, _check_float, confusion_frame
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
 from .perturbation_aware import TruthStep, flip_law, majority_orientation
@@ -220,10 +220,10 @@ class AwareDawidSkene(Estimator):
         kept most answers pin the ridge, and going on to 1e-6 moved nothing measurable.
 
     Fitted: ``tol_`` (the tolerance used), ``truths_``, ``probas_``, ``priors_``,
-    ``confusions_`` (each worker's own confusion, the channel taken out;
-    ``[worker, answer, truth]``), ``weights_`` (``weight`` = the prior-weighted own accuracy,
-    ``flip`` = the posterior mean of the worker's flip probability, ``observed_accuracy`` = the
-    same for the reports it sent).
+    ``confusions_`` (each worker's own confusion, the channel taken out; a DataFrame with rows
+    (worker, label given) and columns the true label, as ``DawidSkene``'s), ``weights_``
+    (``weight`` = the prior-weighted own accuracy, ``flip`` = the posterior mean of the worker's
+    flip probability, ``observed_accuracy`` = the same for the reports it sent).
     """
 
     iterative = True
@@ -289,7 +289,7 @@ class AwareDawidSkene(Estimator):
             fit = majority_orientation(fit, lambda mu: self._em(answers, model, mu, None), truth)
         mu, pi, q, prior, n_iter, converged, objective = fit
         answers, mu = truth.finish(mu)
-        self.confusions_ = pi
+        self.confusions_ = confusion_frame(answers, pi)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         observed = (q[:, :, None, None] * compose(pi, channel)).sum(axis=1)
         self._set_results(

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, WarmStart, _check_float
+from ._base import Estimator, Gold, WarmStart, _check_float, confusion_frame
 from ._ops import shares, vote_matrix
 
 EPS = 1e-10
@@ -56,8 +56,10 @@ class DawidSkene(Estimator):
         Pseudo-count added to every confusion cell before normalising (Laplace smoothing).
         Entries are clipped below at 1e-10 either way, so an unseen class gets a uniform column.
 
-    Fitted: ``truths_``, ``probas_``, ``priors_`` (Series), ``confusions_`` (array of shape
-    ``(n_workers, K, K)`` indexed ``[worker, answer, truth]`` in ``answers.labels`` order),
+    Fitted: ``truths_``, ``probas_``, ``priors_`` (Series), ``confusions_`` (DataFrame: rows
+    (worker, label given), columns the true label, as crowd-kit's ``errors_``; the
+    ``(n_workers, K, K)`` array ``[worker, answer, truth]`` is
+    ``confusions_.to_numpy().reshape(n_workers, K, K)``),
     ``weights_`` (``weight`` = the prior-weighted accuracy ``sum_l p_l pi_u[l, l]``).
     """
 
@@ -99,9 +101,10 @@ class DawidSkene(Estimator):
             if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
                 converged = True
                 break
-        self.confusions_ = confusion.reshape(n_w, k, k)
+        cube = confusion.reshape(n_w, k, k)
+        self.confusions_ = confusion_frame(answers, cube)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
-        accuracy = (np.diagonal(self.confusions_, axis1=1, axis2=2) * prior).sum(axis=1)
+        accuracy = (np.diagonal(cube, axis1=1, axis2=2) * prior).sum(axis=1)
         self._set_results(
             answers,
             mu.argmax(axis=1),

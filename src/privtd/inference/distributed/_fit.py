@@ -22,7 +22,7 @@ import pandas as pd
 from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
-from .._base import Estimator, gold_series
+from .._base import Estimator, confusion_frame, gold_series
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
@@ -213,11 +213,13 @@ def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
             converged = True
             break
     tasks, truth, mu = passes.collect()
-    est.confusions_ = confusion.reshape(n_w, k, k)
+    cube = confusion.reshape(n_w, k, k)
+    coded = _coded(data, tasks)
+    est.confusions_ = confusion_frame(coded, cube)
     est.priors_ = pd.Series(prior, index=data.labels, name="prior")
-    accuracy = (np.diagonal(est.confusions_, axis1=1, axis2=2) * prior).sum(axis=1)
+    accuracy = (np.diagonal(cube, axis1=1, axis2=2) * prior).sum(axis=1)
     est._set_results(
-        _coded(data, tasks),
+        coded,
         truth,
         proba=mu,
         weight=accuracy,
