@@ -17,8 +17,10 @@ from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
 from .distributed import DISTRIBUTED_METHODS, fit_distributed
+from .glad import GLAD, AwareGLAD
 from .gtm import GTM
 from .latent_class import LatentClass
+from .mace import MACE, AwareMACE
 from .majority_vote import MajorityVote
 from .mean_median import Mean, Median
 from .one_coin_dawid_skene import OneCoinDawidSkene
@@ -27,6 +29,7 @@ from .private_dawid_skene import PrivateDawidSkene
 from .raykar import Raykar
 from .weighted_average import WeightedAverage
 from .weighted_vote import WeightedVote
+from .zencrowd import AwareZenCrowd, ZenCrowd
 
 __all__ = [
     "Estimator",
@@ -47,6 +50,12 @@ __all__ = [
     "Mean",
     "Median",
     "PrivateDawidSkene",
+    "GLAD",
+    "AwareGLAD",
+    "MACE",
+    "AwareMACE",
+    "ZenCrowd",
+    "AwareZenCrowd",
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",
@@ -75,6 +84,12 @@ METHODS: dict[str, type[Estimator]] = {
     "mean": Mean,
     "median": Median,
     "private-ds": PrivateDawidSkene,
+    "glad": GLAD,
+    "aware-glad": AwareGLAD,
+    "mace": MACE,
+    "aware-mace": AwareMACE,
+    "zencrowd": ZenCrowd,
+    "aware-zencrowd": AwareZenCrowd,
 }
 
 
@@ -106,6 +121,8 @@ NO_AWARE_METHOD: dict[str, str] = {
 
 #: The estimators that take the mechanism as their first parameter.
 AWARE_METHODS = frozenset({"aware-one-coin", "aware-ds", "aware-gaussian", "aware-null"})
+# GLAD, MACE and ZenCrowd composed with the randomized-response channel (docs/inference.md).
+AWARE_METHODS |= {"aware-glad", "aware-mace", "aware-zencrowd"}
 
 
 def aware_method(mechanism: Any) -> str | None:

@@ -1,0 +1,118 @@
+"""ZenCrowd: one reliability per worker (Demartini et al., WWW 2012).
+
+Worker ``u`` gives the truth with probability ``p_u`` (its reliability) and otherwise one of the
+other ``K - 1`` labels uniformly: ``P(a | l) = p_u [a = l] + (1 - p_u) / (K - 1) [a != l]``.
+ZenCrowd's factor graph has no class prior (every candidate starts equal), so the truth step
+uses a uniform one; EM alternates task posteriors and ``p_u`` = the expected share of the
+worker's answers that are right (the truth-inference survey's form, Zheng et al., VLDB 2017).
+It is one-coin Dawid-Skene without the learned class prior, which on skewed data keeps EM from
+collapsing onto the majority class.
+
+Through a randomized-response channel ``C`` (:class:`AwareZenCrowd`) the report likelihood is
+``c C[r, l] + (1 - p) / (K - 1)`` with ``c = p - (1 - p) / (K - 1)``
+(``privtd.inference._channel``), and a report is right with posterior
+``sum_l mu_l p C[r, l] / P(r | l)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..answers import Answers
+from ._base import Estimator, Gold
+from ._channel import channel_matrix, report_likelihood
+from ._ops import shares, vote_matrix
+from ._truth_step import task_incidence, truth_step
+from .dawid_skene import fix_gold
+
+_CLIP = 1e-6
+
+
+class ZenCrowd(Estimator):
+    """ZenCrowd (Demartini et al. 2012): one reliability per worker (see module doc).
+
+    Start: soft majority vote (or a warm start's posteriors), then the reliability step.
+
+    Parameters
+    ----------
+    max_iter : int, default 100
+    tol : float, default 1e-5
+        On the change of the log marginal likelihood per answer.
+
+    Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = reliability ``p_u``).
+    """
+
+    iterative = True
+    warm_starts = True
+
+    def __init__(self, *, max_iter: int = 100, tol: float = 1e-5) -> None:
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
+        channel = channel_matrix(getattr(self, "mechanism", None), k, type(self).__name__)
+        t, w, r = answers.task, answers.worker, answers.value
+        incidence = task_incidence(t, n_t)
+        counts = answers.worker_counts().astype(np.float64)
+        log_prior = np.full(k, -np.log(k))
+        row_sum = np.ones(k) if channel is None else channel.sum(axis=1)
+
+        mu = shares(vote_matrix(t, r, n_t, k))
+        if self._warm is not None:
+            self._warm.apply(mu)
+        fix_gold(mu, gold)
+        # The start: the share of each worker's reports that match, taken through the channel
+        # (observed accuracy A = p (1 - f) + (1 - p) f / (K - 1) under RR at flip f).
+        reliability = np.bincount(w, mu[t, r], minlength=n_w) / counts
+        if channel is not None:
+            f = 1.0 - float(channel[0, 0])
+            reliability = (reliability - f / (k - 1)) / (1.0 - f * k / (k - 1))
+        reliability = np.clip(reliability, _CLIP, 1.0 - _CLIP)
+
+        objective: list[float] = []
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            self._tick(n_iter)
+            p = reliability[w]
+            wrong = (1.0 - p) / (k - 1)
+            lik = report_likelihood(channel, r, p - wrong, wrong * row_sum[r], k)
+            mu, loglik = truth_step(np.log(lik), incidence, log_prior, gold)
+            objective.append(loglik / answers.n_answers)
+            if channel is None:
+                right = mu[t, r]
+            else:
+                right = p * (mu[t] * channel[r] / lik).sum(axis=1)
+            reliability = np.clip(np.bincount(w, right, minlength=n_w) / counts, _CLIP, 1 - _CLIP)
+            if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
+                converged = True
+                break
+        self._set_results(
+            answers,
+            mu.argmax(axis=1),
+            proba=mu,
+            weight=reliability,
+            n_iter=n_iter,
+            converged=converged,
+            objective=objective,
+        )
+
+
+class AwareZenCrowd(ZenCrowd):
+    """ZenCrowd with the public randomized-response channel in the likelihood (see module doc).
+
+    Parameters
+    ----------
+    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
+        The mechanism that produced the answers. Two-layer RR enters through its mean channel
+        (``docs/inference.md``). None: plain :class:`ZenCrowd`.
+    **params
+        As :class:`ZenCrowd`.
+    """
+
+    def __init__(self, mechanism: Any = None, **params: Any) -> None:
+        self.mechanism = mechanism
+        super().__init__(**params)
