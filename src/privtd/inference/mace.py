@@ -61,7 +61,8 @@ class MACE(Estimator):
         Seeds the restarts (an int keeps a fit reproducible; None draws fresh entropy).
 
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = competence ``theta``, the
-    probability that an answer is given in earnest), ``strategies_`` (``(workers, K)``, in
+    probability that an answer is given in earnest; ``spam`` = the weight of spamming, which is
+    ``1 - weight`` under EM and less under VB), ``strategies_`` (``(workers, K)``, in
     ``answers.labels`` order), ``n_iter_`` / ``converged_`` / ``objective_`` of the restart
     kept, ``restart_objectives_``.
     """
@@ -137,6 +138,7 @@ class MACE(Estimator):
             n_iter=n_iter,
             converged=converged,
             objective=objective,
+            worker_columns={"spam": params[1]},
         )
 
     def _em(

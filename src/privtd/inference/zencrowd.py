@@ -75,6 +75,7 @@ class ZenCrowd(Estimator):
         objective: list[float] = []
         converged = False
         n_iter = 0
+        used = reliability
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             p = reliability[w]
@@ -82,6 +83,8 @@ class ZenCrowd(Estimator):
             lik = report_likelihood(channel, r, p - wrong, wrong * row_sum[r], k)
             mu, loglik = truth_step(np.log(lik), incidence, log_prior, gold)
             objective.append(loglik / answers.n_answers)
+            # Reported: the reliabilities the final posteriors were computed with.
+            used = reliability
             if channel is None:
                 right = mu[t, r]
             else:
@@ -94,7 +97,7 @@ class ZenCrowd(Estimator):
             answers,
             mu.argmax(axis=1),
             proba=mu,
-            weight=reliability,
+            weight=used,
             n_iter=n_iter,
             converged=converged,
             objective=objective,
