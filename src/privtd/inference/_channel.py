@@ -107,3 +107,32 @@ def report_likelihood(
         out += match[:, None] * channel[report]
     np.maximum(out, 1e-300, out=out)
     return out
+
+
+def compose_confusions(
+    channel: np.ndarray | None, match: np.ndarray, base: np.ndarray
+) -> np.ndarray:
+    """Each worker's report likelihood ``P(r | l)`` as ``[worker, report, truth]``, for answer
+    likelihoods ``P(a | l) = match_w [a = l] + base_w(a)`` (``base`` is ``(workers, K)``):
+    ``match_w C[r, l] + (C base_w)[r]``. Models whose parameters are per worker only (MACE,
+    ZenCrowd) then run the Dawid-Skene pass on these confusions."""
+    k = base.shape[1]
+    c = np.eye(k) if channel is None else channel
+    out = match[:, None, None] * c[None] + (base @ c.T)[:, :, None]
+    np.maximum(out, 1e-300, out=out)
+    return out
+
+
+def truth_part(
+    channel: np.ndarray | None, counts: np.ndarray, composed: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
+    """Per worker, the expected number of reports whose own answer came from the truth part
+    ``weight_w [a = l]`` of the answer likelihood: ``sum_{r, l} N[w, r, l] weight_w C[r, l] /
+    P_w(r | l)``, with ``N`` the reports' expected report-truth counts."""
+    ratio = counts / composed
+    if channel is None:
+        inner = np.diagonal(ratio, axis1=1, axis2=2).sum(axis=1)
+    else:
+        inner = (ratio * channel[None]).sum(axis=(1, 2))
+    out: np.ndarray = weight * inner
+    return out

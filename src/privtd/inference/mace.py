@@ -11,8 +11,10 @@ normalising, and the restart with the highest marginal likelihood kept. ``method
 paper's variational-Bayes option: Beta(0.5, 0.5) prior on the trust and a symmetric
 Dirichlet(10) on the strategy, each M-step replaced by ``exp(digamma(...))`` normalisation.
 
-The E-step's counts come from scatter-adds over the answers: the expected number of earnest
-answers per worker, and the expected spammed answers per worker and label. Through a
+Every parameter is per worker, so each worker is a Dawid-Skene confusion
+``pi_j[a, l] = theta_j [a = l] + (1 - theta_j) xi_j(a)``: one fused Dawid-Skene pass over the
+answers gives the posteriors and each worker's report-truth counts, from which the expected
+earnest answers and spammed answers per label follow per worker. Through a
 randomized-response channel ``C`` (:class:`AwareMACE`) the report likelihood is
 ``theta C[r, l] + (1 - theta) (C xi)[r]`` (``privtd.inference._channel``), and a spammed
 report's own answer ``a`` is latent with weight ``xi(a) C[r, a]``.
@@ -27,9 +29,10 @@ from scipy.special import digamma
 
 from .._rng import RNGLike, check_rng
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float, _check_int
-from ._channel import channel_matrix, report_likelihood
-from ._truth_step import task_incidence, truth_step
+from ._channel import channel_matrix, compose_confusions, truth_part
+from .dawid_skene import gold_array
 
 # Arrays per worker: trust (earnest), spam (1 - trust under EM; less under VB), strategy (K).
 Params = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -149,26 +152,27 @@ class MACE(Estimator):
         """One restart: E-step from ``params``, then M-step and E-step until the log marginal
         likelihood per answer moves less than ``tol``."""
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        t, w, r = answers.task, answers.worker, answers.value
-        incidence = task_incidence(t, n_t)
+        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
+        wx = layout.worker.astype(np.int64) * k + layout.value
+        gold_labels = gold_array(gold, n_t)
         log_prior = np.full(k, -np.log(k))
         counts = answers.worker_counts().astype(np.float64)
         smoothing = 0.01 / k if self.smoothing is None else self.smoothing
 
         def e_step(params: Params) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
             trust, spam, strategy = params
-            # (C xi)[r]: how likely a spammed answer is reported as r.
-            spread = strategy if channel is None else strategy @ channel.T
-            lik = report_likelihood(channel, r, trust[w], spam[w] * spread[w, r], k)
-            mu, loglik = truth_step(np.log(lik), incidence, log_prior, gold)
-            # Per answer, sum_l mu_l / P_l: what both latent counts share.
-            ratio = (mu[t] / lik).sum(axis=1)
-            spammed = spam[w] * ratio
-            # Spammed answers per worker and report, then split over own answers a by
+            # Per worker, P(r | l) = trust C[r, l] + spam (C xi)[r]: the Dawid-Skene pass on
+            # these confusions gives the posteriors and each worker's report-truth counts N.
+            composed = compose_confusions(channel, trust, spam[:, None] * strategy)
+            mu, flat, _, loglik = _kernels.ds_step(
+                layout, wx, np.log(composed).reshape(n_w * k, k), log_prior, gold_labels
+            )
+            table = flat.reshape(n_w, k, k)
+            earnest = truth_part(channel, table, composed, trust)
+            # Spammed reports per worker and report value, then split over own answers a by
             # xi(a) C[r, a] (no channel: a = r).
-            by_report = np.bincount(w * k + r, spammed, minlength=n_w * k).reshape(n_w, k)
+            by_report = spam[:, None] * (table / composed).sum(axis=2)
             strategy_counts = strategy * (by_report if channel is None else by_report @ channel)
-            earnest = counts - strategy_counts.sum(axis=1)
             return mu, loglik / answers.n_answers, earnest, strategy_counts
 
         def m_step(earnest: np.ndarray, strategy_counts: np.ndarray) -> Params:

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..answers import Answers
+from . import _kernels
 from ._base import Estimator, Gold
-from ._channel import channel_matrix, report_likelihood
+from ._channel import channel_matrix, compose_confusions, truth_part
 from ._ops import shares, vote_matrix
-from ._truth_step import task_incidence, truth_step
-from .dawid_skene import fix_gold
+from .dawid_skene import fix_gold, gold_array
 
 _CLIP = 1e-6
 
@@ -55,10 +55,8 @@ class ZenCrowd(Estimator):
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
         channel = channel_matrix(getattr(self, "mechanism", None), k, type(self).__name__)
         t, w, r = answers.task, answers.worker, answers.value
-        incidence = task_incidence(t, n_t)
         counts = answers.worker_counts().astype(np.float64)
         log_prior = np.full(k, -np.log(k))
-        row_sum = np.ones(k) if channel is None else channel.sum(axis=1)
 
         mu = shares(vote_matrix(t, r, n_t, k))
         if self._warm is not None:
@@ -72,24 +70,30 @@ class ZenCrowd(Estimator):
             reliability = (reliability - f / (k - 1)) / (1.0 - f * k / (k - 1))
         reliability = np.clip(reliability, _CLIP, 1.0 - _CLIP)
 
+        layout = _kernels.TaskLayout(t, w, r, n_t)
+        wx = layout.worker.astype(np.int64) * k + layout.value
+        gold_labels = gold_array(gold, n_t)
         objective: list[float] = []
         converged = False
         n_iter = 0
         used = reliability
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            p = reliability[w]
-            wrong = (1.0 - p) / (k - 1)
-            lik = report_likelihood(channel, r, p - wrong, wrong * row_sum[r], k)
-            mu, loglik = truth_step(np.log(lik), incidence, log_prior, gold)
+            wrong = (1.0 - reliability) / (k - 1)
+            # Per worker P(r | l) through the channel; the Dawid-Skene pass on it gives the
+            # posteriors and each worker's report-truth counts.
+            composed = compose_confusions(
+                channel, reliability - wrong, np.repeat(wrong[:, None], k, axis=1)
+            )
+            mu, flat, _, loglik = _kernels.ds_step(
+                layout, wx, np.log(composed).reshape(n_w * k, k), log_prior, gold_labels
+            )
             objective.append(loglik / answers.n_answers)
             # Reported: the reliabilities the final posteriors were computed with.
             used = reliability
-            if channel is None:
-                right = mu[t, r]
-            else:
-                right = p * (mu[t] * channel[r] / lik).sum(axis=1)
-            reliability = np.clip(np.bincount(w, right, minlength=n_w) / counts, _CLIP, 1 - _CLIP)
+            # A report's own answer is the truth with weight p C[r, l] / P(r | l).
+            right = truth_part(channel, flat.reshape(n_w, k, k), composed, reliability)
+            reliability = np.clip(right / counts, _CLIP, 1 - _CLIP)
             if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
                 converged = True
                 break
