@@ -73,17 +73,19 @@ def compose(pi: np.ndarray, channel: tuple[np.ndarray, np.ndarray]) -> np.ndarra
 
 
 def channel_matrix(mechanism: Any, k: int, owner: str) -> np.ndarray | None:
-    """The mechanism's channel ``C[r, a] = P(report r | answer a)`` as a ``K x K`` matrix, or
-    None without a mechanism (the identity; callers take a faster path).
+    """The mechanism's channel ``C[r, a] = P(report r | answer a)`` that every worker shares, as
+    a ``K x K`` matrix, or None without a mechanism (the identity; callers take a faster path).
 
-    Under two-layer RR each worker's flip is drawn once and kept for all its answers; a single
-    matrix can only hold the law of one report, ``E_f R_f`` (the flip law's mean), so the
-    models that take a matrix treat a two-layer worker as if its flip were redrawn per answer
-    (``docs/inference.md``: the per-worker law is Perturbation-aware Dawid-Skene's)."""
+    One-layer (and binary) RR: ``R_f``. Two-layer RR draws each worker's flip ``f_u`` from
+    ``U(a, b)`` once; RR channels compose by multiplying their scales ``1 - f K / (K - 1)``, so
+    ``R_{f_u} = R_g R_a`` with a worker-specific ``R_g``: the shared part is ``R_a``, and the
+    rest is a symmetric RR that each worker's own parameters absorb (``docs/inference.md``)."""
+    from ..mechanisms import TwoLayerRR
+
     if mechanism is None:
         return None
-    flips, weight = flip_law(mechanism, k, owner=owner)
-    f = float(flips @ weight)
+    flips, _ = flip_law(mechanism, k, owner=owner)
+    f = float(mechanism.a) if isinstance(mechanism, TwoLayerRR) else float(flips[0])
     matrix = np.full((k, k), f / (k - 1))
     np.fill_diagonal(matrix, 1.0 - f)
     return matrix

@@ -114,8 +114,9 @@ class AwareZenCrowd(ZenCrowd):
     Parameters
     ----------
     mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
-        The mechanism that produced the answers. Two-layer RR enters through its mean channel
-        (``docs/inference.md``). None: plain :class:`ZenCrowd`.
+        The mechanism that produced the answers. Two-layer RR enters through the flip all its
+        workers share, ``R_a`` (the rest each worker's parameters absorb; ``docs/inference.md``).
+        None: plain :class:`ZenCrowd`.
     **params
         As :class:`ZenCrowd`.
     """
