@@ -300,3 +300,20 @@ def test_report_likelihood_matches_matrix_product():
     got = report_likelihood(c, report, match, spread, K)
     want = np.array([(c @ (match[n] * np.eye(K) + d[n][:, None]))[report[n]] for n in range(20)])
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_two_layer_shares_the_channel_of_its_smallest_flip():
+    # R_f = R_g R_a for every f in [a, b]: the scales 1 - f K / (K - 1) multiply, so the
+    # channel all two-layer workers share is R_a and the rest is a symmetric RR per worker.
+    from privtd.mechanisms import TwoLayerRR
+
+    mech = TwoLayerRR(a=0.1, b=0.4, n_labels=K)
+    shared = channel_matrix(mech, K, "test")
+    np.testing.assert_allclose(shared, channel_matrix(OneLayerRR(f=0.1, n_labels=K), K, "t"))
+    scale = lambda f: 1 - f * K / (K - 1)  # noqa: E731
+    for f in (0.15, 0.25, 0.4):
+        g = (1 - scale(f) / scale(0.1)) * (K - 1) / K
+        own = channel_matrix(OneLayerRR(f=g, n_labels=K), K, "t")
+        np.testing.assert_allclose(
+            own @ shared, channel_matrix(OneLayerRR(f=f, n_labels=K), K, "t")
+        )
