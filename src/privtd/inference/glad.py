@@ -89,10 +89,9 @@ class GLAD(Estimator):
         incidence = task_incidence(t, n_t)
         row_sum = np.ones(k) if channel is None else channel.sum(axis=1)
         # dP(r | l) / ds per answer and label: K / (K - 1) C[r, l] - rowsum(C)[r] / (K - 1).
-        d_lik = np.full((r.size, k), -1.0 / (k - 1)) * row_sum[r][:, None]
-        if channel is None:
-            d_lik[np.arange(r.size), r] += k / (k - 1)
-        else:
+        d_lik = None
+        if channel is not None:
+            d_lik = np.full((r.size, k), -1.0 / (k - 1)) * row_sum[r][:, None]
             d_lik += k / (k - 1) * channel[r]
         log_prior = np.full(k, -np.log(k))
         alpha = np.full(n_w, float(self.alpha_prior))
@@ -109,19 +108,44 @@ class GLAD(Estimator):
             da, db = alpha - self.alpha_prior, log_beta - self.beta_prior
             return -0.5 * float(da @ da + db @ db) - 0.5 * _LOG_2PI * (n_w + n_t)
 
+        log_k1 = np.log(k - 1)
+
+        def log_right_wrong(alpha: np.ndarray, log_beta: np.ndarray) -> tuple[np.ndarray, ...]:
+            """Without a channel: per answer ``z``, ``log s`` and ``log((1 - s) / (K - 1))``,
+            each stable for large ``|z|``."""
+            beta = np.exp(log_beta)[t]
+            z = alpha[w] * beta
+            return z, beta, -np.logaddexp(0.0, -z), -np.logaddexp(0.0, z) - log_k1
+
         def e_step(alpha: np.ndarray, log_beta: np.ndarray) -> tuple[np.ndarray, float]:
-            lik, _, _ = likelihood(alpha, log_beta)
-            mu, loglik = truth_step(np.log(lik), incidence, log_prior, gold)
+            if channel is None:
+                # log P(r | l) = log_wrong + [r = l] (log_right - log_wrong): two scatter-adds.
+                _, _, log_right, log_wrong = log_right_wrong(alpha, log_beta)
+                log_lik = np.zeros((r.size, k))
+                log_lik += log_wrong[:, None]
+                log_lik[np.arange(r.size), r] = log_right
+            else:
+                log_lik = np.log(likelihood(alpha, log_beta)[0])
+            mu, loglik = truth_step(log_lik, incidence, log_prior, gold)
             return mu, (loglik + prior_term(alpha, log_beta)) / answers.n_answers
 
         def negative_q(x: np.ndarray, mu: np.ndarray) -> tuple[float, np.ndarray]:
             """Minus the expected complete log-posterior, and its gradient in (alpha, log beta)."""
             alpha, log_beta = x[:n_w], x[n_w:]
-            lik, beta, s = likelihood(alpha, log_beta)
-            post = mu[t]
-            q = float((post * np.log(lik)).sum()) + prior_term(alpha, log_beta)
-            # dQ/dz per answer: sum_l mu_l dP_l/ds / P_l, times ds/dz = s (1 - s).
-            g = (post * d_lik / lik).sum(axis=1) * s * (1.0 - s)
+            if channel is None:
+                # Only the posterior of the given label matters: Q's answer term is
+                # m log s + (1 - m) log((1 - s) / (K - 1)), and dQ/dz = m - s.
+                z, beta, log_right, log_wrong = log_right_wrong(alpha, log_beta)
+                m = mu[t, r]
+                q = float(m @ log_right + (1.0 - m) @ log_wrong)
+                g = m - expit(z)
+            else:
+                lik, beta, s = likelihood(alpha, log_beta)
+                post = mu[t]
+                q = float((post * np.log(lik)).sum())
+                # dQ/dz per answer: sum_l mu_l dP_l/ds / P_l, times ds/dz = s (1 - s).
+                g = (post * d_lik / lik).sum(axis=1) * s * (1.0 - s)
+            q += prior_term(alpha, log_beta)
             grad_alpha = np.bincount(w, g * beta, minlength=n_w) - (alpha - self.alpha_prior)
             grad_beta = np.bincount(t, g * alpha[w] * beta, minlength=n_t) - (
                 log_beta - self.beta_prior
