@@ -252,11 +252,10 @@ def test_em_objective_never_falls(cls):
     assert np.diff(est.objective_).min() > -1e-6
 
 
-def test_aware_forms_beat_plain_ones_under_strong_noise():
-    # Under RR the plain models read the channel's flips as the workers' own errors; the aware
-    # forms do not. The same truths, though: a one-coin channel only rescales a one-coin
-    # worker, so each plain fit should rank labels alike. What differs is the workers' scores:
-    # the aware reliability is the worker's own, above what its reports show.
+def test_aware_zencrowd_reliability_is_the_workers_own():
+    # Under RR the plain model reads the channel's flips as the workers' own errors; the aware
+    # form takes them out, so its reliabilities are the workers' own, above what their reports
+    # show.
     answers, truth, _ = make_categorical(
         400, 20, 2, answers_per_task=7, accuracy=(0.75, 0.95), rng=4
     )
@@ -264,7 +263,9 @@ def test_aware_forms_beat_plain_ones_under_strong_noise():
     reports = mech.perturb(answers, rng=5)
     plain = fit_quiet(ZenCrowd(), reports)
     aware = fit_quiet(AwareZenCrowd(mech), reports)
-    # Own accuracies average 0.85; the reports' ~0.85 * 0.73 + 0.15 * 0.27 = 0.66.
+    # Own accuracies average 0.85; the reports' ~0.85 * 0.73 + 0.15 * 0.27 = 0.66. Each
+    # worker's estimate has sd ~ sqrt(0.66 * 0.34 / 140) / 0.46 = 0.09 (140 answers, RR's scale
+    # 0.46), so the mean of 20 is within ~0.02: 0.75 is 5 sd from either.
     assert plain.weights_["weight"].mean() < 0.75 < aware.weights_["weight"].mean()
 
 
