@@ -44,7 +44,7 @@ class GLAD(Estimator):
     beta_prior : float, default 1
         Mean of the Gaussian prior (variance 1) on each task's ``log beta``; also its start.
     m_step_max_iter : int, default 25
-        Conjugate-gradient iterations per M-step (the paper's code and crowd-kit use 25).
+        Conjugate-gradient iterations per M-step (crowd-kit's default).
     m_step_tol : float, default 1e-2
         Gradient tolerance of each M-step.
 
