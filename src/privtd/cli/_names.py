@@ -30,6 +30,12 @@ METHOD_NAMES = (
     "zbs",
     "kos",
     "mmsr",
+    "glad",
+    "aware-glad",
+    "mace",
+    "aware-mace",
+    "zencrowd",
+    "aware-zencrowd",
     "aware-null",
 )
 

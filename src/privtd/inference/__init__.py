@@ -18,9 +18,11 @@ from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
 from .distributed import DISTRIBUTED_METHODS, fit_distributed
+from .glad import GLAD, AwareGLAD
 from .gtm import GTM
 from .kos import KOS
 from .latent_class import LatentClass
+from .mace import MACE, AwareMACE
 from .majority_vote import MajorityVote
 from .mean_median import Mean, Median
 from .mmsr import MMSR
@@ -31,6 +33,7 @@ from .raykar import Raykar
 from .wawa import Wawa
 from .weighted_average import WeightedAverage
 from .weighted_vote import WeightedVote
+from .zencrowd import AwareZenCrowd, ZenCrowd
 from .zero_based_skill import ZeroBasedSkill
 
 __all__ = [
@@ -57,6 +60,12 @@ __all__ = [
     "KOS",
     "MMSR",
     "BinaryRelevance",
+    "GLAD",
+    "AwareGLAD",
+    "MACE",
+    "AwareMACE",
+    "ZenCrowd",
+    "AwareZenCrowd",
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",
@@ -89,6 +98,12 @@ METHODS: dict[str, type[Estimator]] = {
     "zbs": ZeroBasedSkill,
     "kos": KOS,
     "mmsr": MMSR,
+    "glad": GLAD,
+    "aware-glad": AwareGLAD,
+    "mace": MACE,
+    "aware-mace": AwareMACE,
+    "zencrowd": ZenCrowd,
+    "aware-zencrowd": AwareZenCrowd,
 }
 
 
@@ -119,7 +134,19 @@ NO_AWARE_METHOD: dict[str, str] = {
 }
 
 #: The estimators that take the mechanism as their first parameter.
-AWARE_METHODS = frozenset({"aware-one-coin", "aware-ds", "aware-gaussian", "aware-null"})
+#: GLAD, MACE and ZenCrowd's aware forms compose their model with the randomized-response
+#: channel (docs/inference.md).
+AWARE_METHODS = frozenset(
+    {
+        "aware-one-coin",
+        "aware-ds",
+        "aware-gaussian",
+        "aware-null",
+        "aware-glad",
+        "aware-mace",
+        "aware-zencrowd",
+    }
+)
 
 
 def aware_method(mechanism: Any) -> str | None:

@@ -35,28 +35,13 @@ import pandas as pd
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float, confusion_frame
+from ._channel import compose, flip_law, report_channel
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
-from .perturbation_aware import TruthStep, flip_law, majority_orientation
+from .perturbation_aware import TruthStep, majority_orientation
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
 _BLOCK_CELLS = 2_000_000
-
-
-def report_channel(flips: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized randomized response at flip probability ``f`` is
-    ``R_f = (1 - f K / (K - 1)) I + f / (K - 1)``, and every column of a confusion sums to 1,
-    so ``(R_f pi)[z, y] = scale_f pi[z, y] + spread_f``: the composition is affine, with no
-    matrix product. Returns ``scale`` and ``spread`` per point of the flip grid."""
-    return 1.0 - flips * k / (k - 1), flips / (k - 1)
-
-
-def compose(pi: np.ndarray, channel: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``(R_s pi_w)[z, y]`` as ``[w, s, z, y]``: what worker ``w`` reports at flip ``s``."""
-    scale, spread = channel
-    composed = scale[:, None, None] * pi[:, None] + spread[:, None, None]
-    np.maximum(composed, 1e-300, out=composed)
-    return composed
 
 
 def flip_posterior(

@@ -42,41 +42,12 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
+from ._channel import flip_law
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
 
 _FLOOR = 1e-12
 FitT = TypeVar("FitT", bound=tuple[Any, ...])
-
-
-def flip_law(
-    mechanism: Any, n_labels: int, n_points: int = 32, owner: str = "AwareOneCoin"
-) -> tuple[np.ndarray, np.ndarray]:
-    """The mechanism's flip probabilities on a grid and their weights: one point for one-layer
-    RR (and binary RR), ``n_points`` quantile midpoints of ``U(a, b)`` for two-layer RR, no flip
-    without a mechanism."""
-    from ..mechanisms import OneLayerRR, TwoLayerRR
-
-    if mechanism is None:
-        return np.zeros(1), np.ones(1)
-    expected = getattr(mechanism, "n_labels", n_labels)
-    if expected != n_labels:
-        raise ValidationError(
-            f"The mechanism was built for {expected} labels; these answers have {n_labels}. "
-            f"Build it with n_labels={n_labels} (CLI: --mechanism-param n_labels={n_labels})."
-        )
-    if isinstance(mechanism, OneLayerRR):
-        return np.array([float(mechanism.f)]), np.ones(1)
-    if isinstance(mechanism, TwoLayerRR):
-        a, b = float(mechanism.a), float(mechanism.b)
-        if b - a < 1e-12:
-            return np.array([a]), np.ones(1)
-        points = a + (b - a) * (np.arange(n_points) + 0.5) / n_points
-        return points, np.full(n_points, 1.0 / n_points)
-    raise ValidationError(
-        f"{owner} models randomized response (one-layer, binary, two-layer); got "
-        f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
-    )
 
 
 def accuracy_cells(
