@@ -62,12 +62,31 @@ def sniff_delimiter(header: str) -> str:
     return ","
 
 
-def _header(path: str) -> tuple[list[str], str]:
+def _header(path: str, delimiter: str | None = None) -> tuple[list[str], str]:
+    """The header line's column names, split at ``delimiter`` (default: the sniffed one)."""
     text = _head(path)
     first = text.splitlines()[0] if text else ""
-    delimiter = sniff_delimiter(first)
+    delimiter = delimiter or sniff_delimiter(first)
     names = next(csv.reader([first], delimiter=delimiter), [])
     return [n.strip() for n in names], delimiter
+
+
+def _looks_like_label_studio(path: str, head: str, whole: bool) -> bool:
+    """A JSON list of tasks with annotations. The first 64 KB usually show it; only when they
+    do not (a task with large data first) is the whole file parsed."""
+    if head.startswith("[") and ('"annotations"' in head or '"completions"' in head):
+        return True
+    if whole and not head.startswith("["):
+        return False
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            data = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"Cannot parse {path!r} as JSON: {exc}.") from None
+    return isinstance(data, list) and (
+        not data
+        or (isinstance(data[0], dict) and ("annotations" in data[0] or "completions" in data[0]))
+    )
 
 
 def detect(path: str) -> str:
@@ -82,17 +101,7 @@ def detect(path: str) -> str:
         return "long"
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
-        try:
-            with open(path, encoding="utf-8-sig") as handle:
-                data = json.load(handle)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValidationError(f"Cannot parse {path!r} as JSON: {exc}.") from None
-        if isinstance(data, list) and (
-            not data
-            or (
-                isinstance(data[0], dict) and ("annotations" in data[0] or "completions" in data[0])
-            )
-        ):
+        if _looks_like_label_studio(path, stripped, len(text) < 65536):
             return "label-studio"
         raise SchemaError(
             f"{path!r} is JSON but not a Label Studio export (a list of tasks with "
@@ -130,8 +139,7 @@ def read_long(
         else "csv"
     )
     if fmt == "csv":
-        names, sniffed = _header(path)
-        delimiter = delimiter or sniffed
+        names, delimiter = _header(path, delimiter)
         if detected and answer == "answer" and "answer" not in names and "label" in names:
             pass  # crowd-kit's 'label': from_frame takes it
         elif detected:

@@ -69,7 +69,8 @@ def read_label_studio(
             f"{path!r} is not a Label Studio JSON export: expected a list of tasks, each with "
             "'id' and 'annotations'."
         )
-    rows: list[tuple[Any, Any, str, Any, bool]] = []  # task, worker, control, choices, truth
+    # task, worker, control, label, number of choices, ground truth
+    rows: list[tuple[Any, Any, str, Any, int, bool]] = []
     n_cancelled = n_other = 0
     for number, item in enumerate(tasks):
         annotations = item.get("annotations", item.get("completions"))
@@ -88,43 +89,41 @@ def read_label_studio(
                 if region.get("type") != "choices":
                     n_other += 1
                     continue
-                rows.append(
-                    (
-                        item["id"],
-                        user,
-                        region.get("from_name"),
-                        region.get("value", {}).get("choices"),
-                        truth,
-                    )
+                choices = (region.get("value") or {}).get("choices") or []
+                # One choice is the common case: kept as given; a set is joined in order.
+                label = (
+                    choices[0]
+                    if len(choices) == 1
+                    else "|".join(sorted(map(str, choices)))
+                    if choices
+                    else None
                 )
+                rows.append((item["id"], user, region.get("from_name"), label, len(choices), truth))
     notes: list[str] = []
     if n_cancelled:
         notes.append(f"left out {n_cancelled} cancelled (skipped) annotation(s)")
     if n_other:
         notes.append(f"left out {n_other} result region(s) that are not choices")
-    frame = pd.DataFrame(rows, columns=["task", "worker", "control", "choices", "truth"])
-    controls = sorted({str(c) for c in frame["control"]}) if len(frame) else []
+    frame = pd.DataFrame(rows, columns=["task", "worker", "control", "answer", "count", "truth"])
+    controls = sorted({str(c) for c in frame["control"].unique()}) if len(frame) else []
     control = pick_one(
         controls, answer, "Choices control", "label-studio", "--answer-col (Python: answer=)"
     )
     frame = frame[frame["control"].astype(str) == control]
-    choices = frame["choices"]
-    count = choices.map(lambda c: len(c) if isinstance(c, list) else 0)
-    if (count > 1).any() and multiple == "error":
-        row = int((count > 1).to_numpy().argmax())
-        task_id, picked = frame["task"].iloc[row], frame["choices"].iloc[row]
+    several = frame["count"].to_numpy() > 1
+    if several.any() and multiple == "error":
+        row = int(several.argmax())
+        task_id, picked = frame["task"].iloc[row], frame["answer"].iloc[row].split("|")
         raise ValidationError(
             f"Label Studio task {str(task_id)!r} has several choices {picked} in one annotation "
             f"of {control!r}; privtd reads one label per answer. Read each set of choices as one "
             "label with privtd.io.read_label_studio(path, multiple='join')."
         )
-    label = choices.map(
-        lambda c: "|".join(sorted(map(str, c))) if isinstance(c, list) and c else None
-    )
+    label = frame["answer"]
     empty = label.isna() | frame["worker"].isna()
     if empty.any():
         notes.append(f"left out {int(empty.sum())} annotation(s) with no choice or no annotator")
-    frame = frame.assign(answer=label)[~empty.to_numpy()]
+    frame = frame[~empty.to_numpy()]
     is_truth = frame["truth"].to_numpy(dtype=bool)
     gold = gold_from(frame["task"][is_truth], frame["answer"][is_truth], "label-studio")
     if is_truth.any():
