@@ -160,6 +160,17 @@ def test_mturk_radio_buttons_read_as_one_label():
     assert list(data.answers.labels) == ["negative", "neutral", "positive"]
 
 
+def test_mturk_single_checkbox_is_a_yes_no_answer(tmp_path):
+    frame = pd.read_csv(MTURK_RADIO, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    frame = frame.drop(columns=["Answer.negative.on", "Answer.neutral.on"])
+    path = tmp_path / "checkbox.csv"
+    frame.to_csv(path, index=False)
+    data = io.read(str(path))
+    # Unchecked boxes are answers ("false"), not missing ones: only the 2 Rejected rows go.
+    assert data.answers.n_answers == 10
+    assert list(data.answers.labels) == ["false", "true"]
+
+
 def test_mturk_several_checked_options_are_an_error(tmp_path):
     frame = pd.read_csv(MTURK_RADIO, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     frame.loc[3, ["Answer.negative.on", "Answer.positive.on"]] = "true"
@@ -174,8 +185,8 @@ def test_label_studio_reads_choices_and_ground_truth():
     data = Answers.from_label_studio(LABEL_STUDIO)
     # 15 annotations: 1 cancelled, 2 ground truth (gold, not answers); task 105 has none.
     assert (data.answers.n_answers, data.answers.n_tasks, data.answers.n_workers) == (10, 4, 3)
-    assert data.gold.to_dict() == {101: "Positive", 104: "Positive"}
-    assert 1 not in set(data.answers.workers)  # the reviewer who set the ground truth
+    assert data.gold.to_dict() == {"101": "Positive", "104": "Positive"}
+    assert "1" not in set(data.answers.workers)  # the reviewer who set the ground truth
     assert any("cancelled" in n for n in data.notes)
     assert any("not choices" in n for n in data.notes)
 
@@ -185,7 +196,7 @@ def test_label_studio_several_choices_error_or_join():
     with pytest.raises(ValidationError, match="several choices"):
         io.read(path)
     joined = io.read(path, multiple="join")
-    assert (1, 3, "Price|Speed") in set(joined.answers.to_frame().itertuples(index=False))
+    assert ("1", "3", "Price|Speed") in triples(joined)
 
 
 def test_label_studio_several_controls_and_bad_json(tmp_path):

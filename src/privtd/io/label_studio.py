@@ -2,9 +2,10 @@
 
 A list of tasks; each has an ``id``, its ``data`` and ``annotations`` (``completions`` in
 exports older than Label Studio 1.0). An annotation has ``completed_by`` (a user id, or an
-object with ``id`` and ``email``), ``was_cancelled`` (skipped), ``ground_truth`` and ``result``,
-a list of regions; a classification is a region of ``type`` ``choices`` with
-``value.choices``, a list of the chosen labels, and ``from_name``, the control tag's name.
+object with ``id`` and ``email``; task and user ids are read as text), ``was_cancelled``
+(skipped), ``ground_truth`` and ``result``, a list of regions; a classification is a region
+of ``type`` ``choices`` with ``value.choices``, a list of the chosen labels, and
+``from_name``, the control tag's name.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from ._base import Imported, build, gold_from, pick_one
 __all__ = ["read_label_studio"]
 
 
-def _user(completed_by: Any) -> Any:
-    if isinstance(completed_by, dict):
-        return completed_by.get("id", completed_by.get("email"))
-    return completed_by
+def _user(annotation: dict[str, Any]) -> str | None:
+    """The annotator as text (ids are text everywhere in privtd, so that a --gold CSV and the
+    output CSV name the same tasks and workers): ``completed_by``'s id, or its email, or the
+    ``created_username`` some older exports carry."""
+    who = annotation.get("completed_by")
+    if isinstance(who, dict):
+        who = who.get("id", who.get("email"))
+    if who is None:
+        who = annotation.get("created_username")
+    return None if who is None else str(who)
 
 
 def read_label_studio(
@@ -79,11 +86,12 @@ def read_label_studio(
             raise SchemaError(
                 f"{path!r} is not a usable Label Studio export: task {number} lacks {missing!r}."
             )
+        task_id = str(item["id"])
         for annotation in annotations:
             if annotation.get("was_cancelled"):
                 n_cancelled += 1
                 continue
-            user = _user(annotation.get("completed_by"))
+            user = _user(annotation)
             truth = bool(annotation.get("ground_truth"))
             for region in annotation.get("result") or []:
                 if region.get("type") != "choices":
@@ -98,7 +106,7 @@ def read_label_studio(
                     if choices
                     else None
                 )
-                rows.append((item["id"], user, region.get("from_name"), label, len(choices), truth))
+                rows.append((task_id, user, region.get("from_name"), label, len(choices), truth))
     notes: list[str] = []
     if n_cancelled:
         notes.append(f"left out {n_cancelled} cancelled (skipped) annotation(s)")

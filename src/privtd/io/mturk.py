@@ -103,6 +103,10 @@ def read_mturk(
     columns = questions[field]
     if len(columns) == 1 and not columns[0].endswith(_ON):
         values = frame[columns[0]]
+    elif len(columns) == 1:
+        # One checkbox on its own is a yes/no question: unchecked is an answer too.
+        values = is_true(frame[columns[0]]).map({True: "true", False: "false"})
+        values = values.where(frame[columns[0]].notna(), None)
     else:
         values = _checked_option(frame, columns, field)
     frame = drop_rows(frame, values.isna(), notes, f"with no answer to {field!r}")
