@@ -375,6 +375,18 @@ def test_perturb_reads_a_platform_export(tmp_path, capsys):
     assert "tainted" in err
 
 
+def test_evaluate_scores_against_an_exports_golden_tasks(tmp_path, capsys):
+    out = tmp_path / "truths.csv"
+    code, _, err = run(["infer", TOLOKA, "-m", "mv", "-o", str(out)], capsys)
+    assert code == 0, err
+    code, stdout, err = run(["evaluate", str(out), "--truth", TOLOKA, "--json"], capsys)
+    assert code == 0, err
+    assert "scoring against the 2 golden task(s) of the Toloka export" in err
+    assert json.loads(stdout)["n_evaluated"] == 2
+    code, _, err = run(["evaluate", str(out), "--truth", MTURK_RADIO], capsys)
+    assert code == 2 and "has no golden tasks" in err
+
+
 # ---------------------------------------------------------------------- README
 def test_readme_first_screen_runs_a_platform_export(tmp_path, capsys, monkeypatch):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

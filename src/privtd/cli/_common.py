@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -148,8 +149,6 @@ def _read_answers(
     **read: Any,
 ) -> Imported:
     """Answers and the export's golden tasks from ``path`` in ``fmt`` (docs/formats.md)."""
-    from pathlib import Path
-
     from ..io import read as read_any
 
     if Path(path).is_dir():
@@ -213,6 +212,30 @@ def answer_source(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _read_reference(path: str) -> pd.Series:
+    """Known truths: a CSV ``task,truth``, or the golden tasks of a platform export
+    (docs/formats.md), so that inferred truths can be scored against an export's control
+    tasks."""
+    from ..io import FORMAT_LABELS, detect
+    from ..io import read as read_any
+
+    if not Path(path).is_file() or detect(path) == "long":
+        return _read_truth_csv(path)
+    imported = read_any(path)
+    label = FORMAT_LABELS[imported.format]
+    if imported.gold is None:
+        raise ValidationError(
+            f"The {label} export {path!r} has no golden tasks to score against. Pass a CSV "
+            "task,truth."
+        )
+    click.echo(
+        f"privtd: note: scoring against the {len(imported.gold)} golden task(s) of the {label} "
+        "export",
+        err=True,
+    )
+    return imported.gold
 
 
 # ---------------------------------------------------------------------- commands

@@ -20,6 +20,7 @@ from ._common import (
     _parse_params,
     _progress,
     _read_answers,
+    _read_reference,
     _read_truth_csv,
     answer_source,
 )
@@ -306,7 +307,8 @@ def infer(
     "reference",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV task,truth with the known truths.",
+    help="CSV task,truth with the known truths, or a platform export whose golden tasks are "
+    "the truths (docs/formats.md).",
 )
 @click.option(
     "--kind",
@@ -320,7 +322,7 @@ def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
     """Score inferred TRUTHS (CSV task,truth) against known truths."""
     from ..evaluation import evaluate
 
-    metrics = evaluate(_read_truth_csv(truths), _read_truth_csv(reference), kind=kind)
+    metrics = evaluate(_read_truth_csv(truths), _read_reference(reference), kind=kind)
     if as_json:
         click.echo(json.dumps(metrics))
         return
