@@ -86,8 +86,8 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], fmt: str, path:
         shown = found if len(found) <= 12 else [*found[:12], "..."]
         raise SchemaError(
             f"{path!r} is not a usable {FORMAT_LABELS[fmt]} export: it lacks column(s) "
-            f"{missing} (found {shown}). Export the full results, or pick the format with "
-            "--format (Python: format=...)."
+            f"{missing} (found {shown}). Name the right column (--task-col, --worker-col), "
+            "or check the file's format (--format; docs/formats.md)."
         )
 
 
