@@ -1,7 +1,8 @@
 """privtd: privacy-preserving truth discovery for crowdsourcing.
 
-Answers come in (:class:`Answers`, :mod:`privtd.datasets`), are aggregated on the server's side
-(:mod:`privtd.inference`) and are measured (:func:`evaluate`).
+Answers come in (:class:`Answers`, :mod:`privtd.io` for platform exports,
+:mod:`privtd.datasets`), are aggregated on the server's side (:mod:`privtd.inference`) and are
+measured (:func:`evaluate`).
 
 Submodules and the names below load on first use (PEP 562), so ``import privtd`` and
 ``privtd --help`` stay fast; ``privtd.Answers`` and ``from privtd import inference`` work as

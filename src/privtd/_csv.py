@@ -21,19 +21,24 @@ if TYPE_CHECKING:
 __all__ = ["read_csv"]
 
 
-def read_csv(path: str, id_columns: Sequence[str]) -> pd.DataFrame:
-    """The table at ``path``, the ``id_columns`` read as text (``"007"`` is not 7)."""
-    frame = _read_pyarrow(path, id_columns)
-    return _read_pandas(path, id_columns) if frame is None else frame
+def read_csv(path: str, id_columns: Sequence[str], delimiter: str = ",") -> pd.DataFrame:
+    """The table at ``path``, the ``id_columns`` read as text (``"007"`` is not 7), its cells
+    separated by ``delimiter`` (one character: ``","``, ``"\\t"``, ``";"``)."""
+    frame = _read_pyarrow(path, id_columns, delimiter)
+    return _read_pandas(path, id_columns, delimiter) if frame is None else frame
 
 
-def _read_pandas(path: str, id_columns: Sequence[str]) -> pd.DataFrame:
+def _read_pandas(path: str, id_columns: Sequence[str], delimiter: str = ",") -> pd.DataFrame:
     import pandas as pd
 
-    return pd.read_csv(path, dtype=dict.fromkeys(id_columns, str), keep_default_na=True)
+    return pd.read_csv(
+        path, sep=delimiter, dtype=dict.fromkeys(id_columns, str), keep_default_na=True
+    )
 
 
-def _read_pyarrow(path: str, id_columns: Sequence[str]) -> pd.DataFrame | None:
+def _read_pyarrow(
+    path: str, id_columns: Sequence[str], delimiter: str = ","
+) -> pd.DataFrame | None:
     """The table as :func:`_read_pandas` gives it, or None when pyarrow is missing or the file
     is anything but a plain rectangular CSV (pandas then reads it and reports what is wrong)."""
     try:
@@ -51,7 +56,7 @@ def _read_pyarrow(path: str, id_columns: Sequence[str]) -> pd.DataFrame | None:
         table = pacsv.read_csv(
             path,
             read_options=pacsv.ReadOptions(autogenerate_column_names=True),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 column_types={f"f{i}": pa.string() for i in range(_MAX_COLUMNS)}
             ),

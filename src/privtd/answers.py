@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from ._csv import read_csv
 from .errors import NotNumericError, SchemaError, ValidationError
+
+if TYPE_CHECKING:
+    from .io import Imported
 
 __all__ = ["Answers", "as_answers"]
 
@@ -311,10 +314,11 @@ class Answers:
         return result
 
     @classmethod
-    def from_csv(cls, path: str, **kwargs: Any) -> Answers:
+    def from_csv(cls, path: str, *, delimiter: str = ",", **kwargs: Any) -> Answers:
         """Read a long CSV (``task,worker,answer``); ids are read as strings, answers as parsed
-        (by pyarrow's multi-threaded reader when pyarrow is installed, with pandas' types)."""
-        frame = _read_table(path, "csv", kwargs)
+        (by pyarrow's multi-threaded reader when pyarrow is installed, with pandas' types).
+        ``delimiter="\\t"`` reads a TSV."""
+        frame = _read_table(path, "csv", kwargs, delimiter)
         return cls.from_frame(frame, **kwargs)
 
     @classmethod
@@ -324,10 +328,46 @@ class Answers:
         return cls.from_frame(frame, **kwargs)
 
     @classmethod
-    def from_path(cls, path: str, **kwargs: Any) -> Answers:
-        """Read CSV or Parquet, chosen by the file extension."""
+    def from_path(cls, path: str, *, delimiter: str = ",", **kwargs: Any) -> Answers:
+        """Read CSV (cells separated by ``delimiter``) or Parquet, chosen by the file extension.
+        For platform exports and a delimiter guessed from the file, see :func:`privtd.io.read`."""
         fmt = "parquet" if str(path).lower().endswith((".parquet", ".pq")) else "csv"
-        return cls.from_frame(_read_table(path, fmt, kwargs), **kwargs)
+        return cls.from_frame(_read_table(path, fmt, kwargs, delimiter), **kwargs)
+
+    # Platform exports are converted at the edge, in privtd.io; these are its shortcuts.
+    @classmethod
+    def from_toloka(cls, path: str, **kwargs: Any) -> Imported:
+        """Read a Toloka results TSV (docs/formats.md#toloka); see :func:`privtd.io.read_toloka`.
+        Returns an :class:`~privtd.io.Imported`: ``.answers`` and the golden tasks as ``.gold``."""
+        from .io import read_toloka
+
+        return read_toloka(path, **kwargs)
+
+    @classmethod
+    def from_mturk(cls, path: str, answer: str | None = None, **kwargs: Any) -> Imported:
+        """Read an Amazon Mechanical Turk batch results CSV
+        (docs/formats.md#amazon-mechanical-turk); ``answer`` names the ``Answer.*`` field when
+        there are several. See :func:`privtd.io.read_mturk`."""
+        from .io import read_mturk
+
+        return read_mturk(path, answer=answer, **kwargs)
+
+    @classmethod
+    def from_label_studio(cls, path: str, **kwargs: Any) -> Imported:
+        """Read a Label Studio JSON export (docs/formats.md#label-studio); ground-truth
+        annotations become ``.gold``. See :func:`privtd.io.read_label_studio`."""
+        from .io import read_label_studio
+
+        return read_label_studio(path, **kwargs)
+
+    @classmethod
+    def from_appen(cls, path: str, question: str | None = None, **kwargs: Any) -> Imported:
+        """Read an Appen / Figure Eight full report (docs/formats.md#appen--figure-eight);
+        ``question`` names the answer column when there are several. See
+        :func:`privtd.io.read_appen`."""
+        from .io import read_appen
+
+        return read_appen(path, question=question, **kwargs)
 
     @classmethod
     def from_wide(cls, matrix: pd.DataFrame, **kwargs: Any) -> Answers:
@@ -443,7 +483,7 @@ class Answers:
 
 
 # ---------------------------------------------------------------------- internals
-def _read_table(path: str, fmt: str, kwargs: dict[str, Any]) -> pd.DataFrame:
+def _read_table(path: str, fmt: str, kwargs: dict[str, Any], delimiter: str = ",") -> pd.DataFrame:
     try:
         if fmt == "parquet":
             try:
@@ -454,7 +494,9 @@ def _read_table(path: str, fmt: str, kwargs: dict[str, Any]) -> pd.DataFrame:
                 ) from exc
             return pd.read_parquet(path)
         # Ids stay strings ("007" is not 7); answers are parsed unless the caller says otherwise.
-        return read_csv(path, [kwargs.get("task", "task"), kwargs.get("worker", "worker")])
+        return read_csv(
+            path, [kwargs.get("task", "task"), kwargs.get("worker", "worker")], delimiter
+        )
     except FileNotFoundError as exc:
         raise ValidationError(f"No such file: {path!r}. Check the path.") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:

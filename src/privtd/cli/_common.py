@@ -12,16 +12,19 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._files import atomic_write_text
 from ..errors import PrivtdError, ValidationError
-from ._names import MECHANISM_NAMES
+from ._names import FORMAT_NAMES, MECHANISM_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..io import Imported
 
 # This module and the command modules import only click and privtd's light modules at the top:
 # numpy, pandas, scipy and numba load inside the commands that use them, so that
@@ -119,6 +122,120 @@ def _read_truth_csv(path: str) -> pd.Series:
         dup = frame["task"][frame["task"].duplicated()].iloc[0]
         raise ValidationError(f"{path!r} names task {dup!r} twice. Give one truth per task.")
     return frame.set_index("task")["truth"]
+
+
+def _delimiter(text: str | None) -> str | None:
+    """``--delimiter``: one character, with ``tab`` and ``\\t`` for the tab a shell makes hard
+    to type."""
+    if text is None:
+        return None
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";"}
+    value = named.get(text.lower(), text)
+    if len(value) != 1:
+        raise ValidationError(
+            f"--delimiter takes one character (or tab, comma, semicolon). Got {text!r}."
+        )
+    return value
+
+
+def _read_answers(
+    path: str,
+    fmt: str,
+    delimiter: str | None,
+    task_col: str | None,
+    worker_col: str | None,
+    answer_col: str | None,
+    keep_rejected: bool,
+    **read: Any,
+) -> Imported:
+    """Answers and the export's golden tasks from ``path`` in ``fmt`` (docs/formats.md)."""
+    from ..io import read as read_any
+
+    if Path(path).is_dir():
+        raise ValidationError(f"{path!r} is a directory. Pass a file.")
+    return read_any(
+        path,
+        fmt,
+        delimiter=_delimiter(delimiter),
+        task=task_col,
+        worker=worker_col,
+        answer=answer_col,
+        keep_rejected=keep_rejected,
+        **read,
+    )
+
+
+def answer_source(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that say how to read ANSWERS: its format, delimiter and columns."""
+    options = [
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMAT_NAMES),
+            default="auto",
+            show_default=True,
+            help="ANSWERS' format: privtd's long table, or a platform's export (Toloka results "
+            "TSV, MTurk batch results CSV, Label Studio JSON, Appen full report); 'auto' "
+            "detects it from the file. See docs/formats.md.",
+        ),
+        click.option(
+            "--delimiter",
+            metavar="CHAR",
+            help="The long table's cell delimiter (tab, comma, semicolon or one character; "
+            "default: the one its header uses).",
+        ),
+        click.option(
+            "--task-col",
+            metavar="COLUMN",
+            help="Column holding task ids (long table: default task; a platform export: "
+            "overrides its own, docs/formats.md).",
+        ),
+        click.option(
+            "--worker-col",
+            metavar="COLUMN",
+            help="Column holding worker ids (long table: default worker).",
+        ),
+        click.option(
+            "--answer-col",
+            metavar="COLUMN",
+            help="Column holding answers (long table: default answer, or label); in an export "
+            "with several answer fields, the one to read (Toloka output field, MTurk Answer "
+            "field, Label Studio Choices name, Appen question).",
+        ),
+        click.option(
+            "--keep-rejected",
+            is_flag=True,
+            help="Also use answers the platform marks rejected (Toloka, MTurk) or tainted "
+            "(Appen); left out by default.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _read_reference(path: str) -> pd.Series:
+    """Known truths: a CSV ``task,truth``, or the golden tasks of a platform export
+    (docs/formats.md), so that inferred truths can be scored against an export's control
+    tasks."""
+    from ..io import FORMAT_LABELS, detect
+    from ..io import read as read_any
+
+    if not Path(path).is_file() or detect(path) == "long":
+        return _read_truth_csv(path)
+    imported = read_any(path)
+    label = FORMAT_LABELS[imported.format]
+    if imported.gold is None:
+        raise ValidationError(
+            f"The {label} export {path!r} has no golden tasks to score against. Pass a CSV "
+            "task,truth."
+        )
+    click.echo(
+        f"privtd: note: scoring against the {len(imported.gold)} golden task(s) of the {label} "
+        "export",
+        err=True,
+    )
+    return imported.gold
 
 
 # ---------------------------------------------------------------------- commands

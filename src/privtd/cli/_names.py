@@ -50,3 +50,6 @@ MECHANISM_NAMES = (
     "two-layer-null",
     "mf",
 )
+
+#: ``--format`` of the commands that read answers: ``auto`` and :data:`privtd.io.FORMATS`.
+FORMAT_NAMES = ("auto", "long", "toloka", "mturk", "label-studio", "appen")

@@ -19,7 +19,10 @@ from ._common import (
     _note_pooled_interval,
     _parse_params,
     _progress,
+    _read_answers,
+    _read_reference,
     _read_truth_csv,
+    answer_source,
 )
 from ._names import MECHANISM_NAMES, METHOD_NAMES
 
@@ -64,16 +67,7 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
     help="CSV to write per-task label probabilities (models that have them).",
 )
 @ANSWER_KIND
-@click.option("--task-col", default="task", show_default=True, help="Column holding task ids.")
-@click.option(
-    "--worker-col", default="worker", show_default=True, help="Column holding worker ids."
-)
-@click.option(
-    "--answer-col",
-    default="answer",
-    show_default=True,
-    help="Column holding answers ('label' is accepted when 'answer' is absent).",
-)
+@answer_source
 @ON_DUPLICATE
 @click.option(
     "--on-missing",
@@ -99,7 +93,8 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
 @click.option(
     "--gold",
     type=click.Path(dir_okay=False),
-    help="CSV task,truth of known truths, fixed during fitting.",
+    help="CSV task,truth of known truths, fixed during fitting (default: the golden tasks of "
+    "a platform export, when it has any).",
 )
 @click.option(
     "--param",
@@ -154,9 +149,12 @@ def infer(
     workers_output: str | None,
     probas_output: str | None,
     kind: str,
-    task_col: str,
-    worker_col: str,
-    answer_col: str,
+    fmt: str,
+    delimiter: str | None,
+    task_col: str | None,
+    worker_col: str | None,
+    answer_col: str | None,
+    keep_rejected: bool,
     on_duplicate: str,
     on_missing: str,
     single_task: str,
@@ -170,8 +168,9 @@ def infer(
     workers: int | None,
     partitions: int | None,
 ) -> None:
-    """Infer each task's truth and each worker's quality from ANSWERS (CSV or Parquet)."""
-    from ..answers import Answers
+    """Infer each task's truth and each worker's quality from ANSWERS: a long table (CSV, TSV
+    or Parquet: task, worker, answer) or a platform's export (Toloka, MTurk, Label Studio,
+    Appen; docs/formats.md), whose golden tasks are used as --gold."""
     from ..inference import (
         AWARE_METHODS,
         NO_AWARE_METHOD,
@@ -199,9 +198,6 @@ def infer(
         )
         return
     read: dict[str, Any] = dict(
-        task=task_col,
-        worker=worker_col,
-        answer=answer_col,
         kind=kind,
         on_duplicate=on_duplicate,
         on_missing=on_missing,
@@ -223,6 +219,7 @@ def infer(
         if os.path.lexists(output):
             raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
     data: Any
+    export_gold = None
     if engine == "dask":
         from ..inference import distributed
 
@@ -231,6 +228,13 @@ def infer(
                 f"Method {method!r} does not run on a Dask cluster yet; these do: "
                 f"{', '.join(distributed.DISTRIBUTED_METHODS)}. Leave out --engine dask."
             )
+        if fmt not in ("auto", "long") or delimiter or keep_rejected:
+            raise ValidationError(
+                "--engine dask reads long CSV or Parquet tables only; read a platform export "
+                "without --engine dask, or convert it first (docs/formats.md)."
+            )
+        read.update(task=task_col or "task", worker=worker_col or "worker")
+        read.update(answer=answer_col or "answer")
         files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
         client = click.get_current_context().with_resource(
             distributed.connect(scheduler=scheduler, workers=workers)
@@ -243,7 +247,11 @@ def infer(
             raise ValidationError(
                 f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
             )
-        data = Answers.from_path(answers, **read)
+        imported = _read_answers(
+            answers, fmt, delimiter, task_col, worker_col, answer_col, keep_rejected, **read
+        )
+        data = imported.answers
+        export_gold = imported.gold
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
     params = _parse_params(param)
@@ -273,7 +281,18 @@ def infer(
     if method is None:
         raise ValidationError("Pass --method, or --mechanism to use the perturbation-aware one.")
     estimator = make_estimator(method, **params)
-    gold_series = _read_truth_csv(gold) if gold else None
+    gold_series = _read_truth_csv(gold) if gold else export_gold
+    if export_gold is not None:
+        from ..io import FORMAT_LABELS
+
+        label = FORMAT_LABELS[imported.format]
+        click.echo(
+            f"privtd: note: the {label} export has {len(export_gold)} golden task(s); "
+            + (
+                "--gold replaces them" if gold else "using them as gold (--gold FILE replaces them)"
+            ),
+            err=True,
+        )
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
     with _progress(show, f"{method}") as tick:
@@ -311,7 +330,8 @@ def infer(
     "reference",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV task,truth with the known truths.",
+    help="CSV task,truth with the known truths, or a platform export whose golden tasks are "
+    "the truths (docs/formats.md).",
 )
 @click.option(
     "--kind",
@@ -325,7 +345,7 @@ def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
     """Score inferred TRUTHS (CSV task,truth) against known truths."""
     from ..evaluation import evaluate
 
-    metrics = evaluate(_read_truth_csv(truths), _read_truth_csv(reference), kind=kind)
+    metrics = evaluate(_read_truth_csv(truths), _read_reference(reference), kind=kind)
     if as_json:
         click.echo(json.dumps(metrics))
         return

@@ -17,6 +17,8 @@ from ._common import (
     _atomic_csv,
     _mechanism_params,
     _parse_params,
+    _read_answers,
+    answer_source,
     mechanism_params,
 )
 from ._names import MECHANISM_NAMES
@@ -58,6 +60,7 @@ from ._names import MECHANISM_NAMES
     "out neighbouring answers whatever epsilon says (Mironov 2012; docs/privacy.md). Without "
     "it a real mf release is refused.",
 )
+@answer_source
 @ON_DUPLICATE
 def perturb(
     answers: str,
@@ -68,9 +71,18 @@ def perturb(
     output: str,
     report: str | None,
     allow_float_leak: bool,
+    fmt: str,
+    delimiter: str | None,
+    task_col: str | None,
+    worker_col: str | None,
+    answer_col: str | None,
+    keep_rejected: bool,
     on_duplicate: str,
 ) -> None:
     """Perturb ANSWERS as each worker would on their device.
+
+    ANSWERS is a long table (CSV, TSV or Parquet: task, worker, answer; map other column names
+    with --task-col, --worker-col, --answer-col) or a platform's export (docs/formats.md).
 
     Without --seed this is a real release: categorical mechanisms draw from the OS
     cryptographic generator (os.urandom), numeric ones (laplace, exp-gaussian) release points
@@ -82,7 +94,6 @@ def perturb(
     """
     import numpy as np
 
-    from ..answers import Answers
     from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
 
     if allow_float_leak and mechanism != "mf":
@@ -94,7 +105,17 @@ def perturb(
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     kind = MECHANISMS[mechanism].kind
     try:
-        data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
+        imported = _read_answers(
+            answers,
+            fmt,
+            delimiter,
+            task_col,
+            worker_col,
+            answer_col,
+            keep_rejected,
+            kind=kind,
+            on_duplicate=on_duplicate,
+        )
     except NotNumericError as exc:
         # The reader's advice (read them as labels) does not apply: the mechanism fixes the kind.
         labels = ", ".join(name for name, cls in MECHANISMS.items() if cls.kind == "categorical")
@@ -102,8 +123,15 @@ def perturb(
             f"{exc.found}. The {mechanism} mechanism perturbs numbers; for labels use one of "
             f"{labels}."
         ) from None
+    data = imported.answers
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
+    if imported.gold is not None:
+        click.echo(
+            f"privtd: note: the export's {len(imported.gold)} golden task(s) are not written: "
+            "perturb writes answers only; their answers are perturbed like any other.",
+            err=True,
+        )
     params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
