@@ -194,7 +194,7 @@ def infer(
             output,
             workers_output,
             probas_output,
-            (task_col, worker_col, answer_col),
+            (task_col or "task", worker_col or "worker", answer_col or "answer"),
         )
         return
     read: dict[str, Any] = dict(
