@@ -273,6 +273,13 @@ class Answers:
             notes.append(f"dropped {int(na.sum())} row(s) with a missing task, worker or answer")
             t_col, w_col, a_col = t_col[keep], w_col[keep], a_col[keep]
 
+        # A CSV reader keeps integers with blank cells as nullable integers (privtd._csv); with
+        # the blanks gone they are the plain integers a column without blanks gives.
+        if isinstance(a_col.dtype, pd.api.extensions.ExtensionDtype) and (
+            pd.api.types.is_integer_dtype(a_col.dtype) and not a_col.isna().any()
+        ):
+            a_col = a_col.astype(np.int64)
+
         # ---- kind and values
         numeric = _resolve_kind(kind, a_col, labels)
         if numeric:

@@ -6,6 +6,7 @@ attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..errors import ValidationError
@@ -129,7 +130,35 @@ def make_estimator(method: str, **params: Any) -> Estimator:
         raise ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
+    # Name what is wrong in privtd's terms, not through Python's TypeError about __init__.
+    accepted = estimator_params(method)
+    unknown = [key for key in params if key not in accepted and key != "mechanism"]
+    if unknown:
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r} for method {method}; it takes: "
+            f"{', '.join(accepted) or 'none'} (CLI: -P/--method-param KEY=VALUE)."
+        )
     try:
         return cls(**params)
     except TypeError as exc:
-        raise ValidationError(f"Bad parameter for method {method!r}: {exc}.") from None
+        needed = [
+            p.name
+            for p in inspect.signature(cls).parameters.values()
+            if p.default is p.empty and p.name not in params and p.kind is not p.VAR_KEYWORD
+        ]
+        what = f"needs {', '.join(needed)}" if needed else f"got a value of the wrong type ({exc})"
+        raise ValidationError(f"Method {method!r} {what}.") from None
+
+
+def estimator_params(method: str) -> list[str]:
+    """The parameters a method's estimator takes (its mechanism aside), in signature order."""
+    cls = METHODS.get(method) or RELEASE_METHODS.get(method)
+    if cls is None:
+        raise ValidationError(
+            f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
+        )
+    return [
+        p.name
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "mechanism"
+    ]
