@@ -116,7 +116,7 @@ def test_params_and_gold(dog, tmp_path, capsys):
         (["infer", "{dog}", "-m", "gtm", "--kind", "categorical", "-o", "x"], "numeric answers"),
         (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-P", "bogus=1"], "unknown parameter"),
         (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-p", "novalue"], "KEY=VALUE"),
-        (["infer", "{dog}", "-m", "ds", "-o", "x.csv", "-p", "max_iter=0"], "must be an int >= 1"),
+        (["infer", "{dog}", "-m", "ds", "-o", "x.csv", "-P", "max_iter=0"], "must be an int >= 1"),
         (["infer", "{dog}", "-m", "ds", "-o", "nofolder/x.csv"], "does not exist"),
         (
             [
