@@ -301,3 +301,17 @@ def test_unreadable_truth_files_give_infers_parse_error(where, binary, tmp_path,
     answers_line = one_line_error(*run(["infer", bad, "-m", "mv", "-o", "x"], capsys)[::2])
     assert line == answers_line
     assert line.startswith(f"privtd: error: Cannot parse {str(bad)!r} as csv: 'utf-8' codec")
+
+
+def test_private_files_stay_0600(tmp_path):
+    # A worker's state holds its token; enrolment codes admit workers: not for other users.
+    from privtd._files import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "state.json", "{}", private=True)
+        atomic_write_text(tmp_path / "out.csv", "a\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "out.csv").stat().st_mode) == 0o644

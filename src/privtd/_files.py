@@ -25,20 +25,24 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
+def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> Path:
     """Write ``text`` to a temporary file beside ``path``, then rename it into place.
 
     The file gets the permissions a plain ``open(path, "w")`` would give it: an existing
     file's own, else ``0o666`` less the umask (``mkstemp`` alone makes every file 0600).
+    ``private`` files (a worker's token, enrolment codes) are 0600 whatever the umask.
     """
     target = Path(path)
     folder = target.resolve().parent
     if not folder.is_dir():
         raise ValidationError(f"The folder of {str(path)!r} does not exist. Create it first.")
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-    except OSError:
-        mode = 0o666 & ~_umask()
+    if private:
+        mode = 0o600
+    else:
+        try:
+            mode = stat.S_IMODE(target.stat().st_mode)
+        except OSError:
+            mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
     try:
         with os.fdopen(fd, "w", newline="") as handle:

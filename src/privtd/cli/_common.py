@@ -40,12 +40,12 @@ def _fail(message: str) -> None:
 STDOUT = "-"
 
 
-def _write_output(path: str, text: str) -> None:
-    """Write an output file, or standard output for ``-``."""
+def _write_output(path: str, text: str, private: bool = False) -> None:
+    """Write an output file (``private``: 0600, for secrets), or standard output for ``-``."""
     if path == STDOUT:
         click.echo(text, nl=False)
     else:
-        atomic_write_text(path, text)
+        atomic_write_text(path, text, private=private)
 
 
 def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:

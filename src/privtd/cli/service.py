@@ -279,7 +279,7 @@ def campaign_codes(
     )
     text = "".join(f"{c}\n" for c in out["codes"])
     if output:
-        _write_output(output, text)  # '-': standard output, as everywhere
+        _write_output(output, text, private=True)  # '-': standard output, as everywhere
     else:
         click.echo(text, nl=False)
     until = f", expiring {out['expires_at']}" if out["expires_at"] else ""
