@@ -409,13 +409,14 @@ class Answers:
         if policy == "error":
             raise ValidationError(
                 f"{int(single.sum())} {axis}(s) have exactly one answer (first: "
-                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or 'drop'."
+                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or 'drop' "
+                f"(CLI: --single-{axis} keep|drop)."
             )
         keep = ~single[codes]
         if not keep.any():
             raise ValidationError(
                 f"Every {axis} has exactly one answer, so single_{axis}='drop' leaves nothing. "
-                f"Use single_{axis}='keep'."
+                f"Use single_{axis}='keep' (CLI: --single-{axis} keep)."
             )
         return self.subset(keep, f"dropped {int(single.sum())} {axis}(s) with a single answer")
 
@@ -570,11 +571,13 @@ def _resolve_duplicates(
         )
     if policy == "majority" and labels is None:
         raise ValidationError(
-            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers."
+            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers "
+            "(CLI: --on-duplicate mean)."
         )
     if policy == "mean" and labels is not None:
         raise ValidationError(
-            "on_duplicate='mean' needs numeric answers; use 'majority' for labels."
+            "on_duplicate='mean' needs numeric answers; use 'majority' for labels "
+            "(CLI: --on-duplicate majority)."
         )
     if policy in ("first", "last"):
         keep = ~pd.Series(pair).duplicated(keep="first" if policy == "first" else "last").to_numpy()

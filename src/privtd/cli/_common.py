@@ -167,7 +167,8 @@ ANSWER_KIND = click.option(
     type=click.Choice(["auto", "categorical", "numeric"]),
     default="auto",
     show_default=True,
-    help="Answer type; 'auto': floats are numeric, the rest labels.",
+    help="Answer type; 'auto': floats are numbers, the rest labels (in infer, a numeric-only "
+    "method or mechanism reads integers as numbers).",
 )
 MECHANISM = click.option(
     "--mechanism", "-M", required=True, type=click.Choice(MECHANISM_NAMES), help="Local mechanism."
