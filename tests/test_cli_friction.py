@@ -315,3 +315,25 @@ def test_private_files_stay_0600(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "out.csv").stat().st_mode) == 0o644
+
+
+def test_devices_are_written_into_not_replaced(binary, tmp_path, capsys):
+    # Renaming a temporary file over /dev/null would replace the device when run as root; a
+    # named pipe shows the same without touching /dev.
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[str] = []
+
+    def read() -> None:
+        with open(pipe) as handle:
+            got.append(handle.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    code, _, err = run(["infer", binary, "-m", "mv", "-o", pipe], capsys)
+    reader.join(timeout=5)  # a daemon: left blocked if the pipe was renamed over instead
+    assert code == 0, err
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert got and got[0].startswith("task,truth\n")

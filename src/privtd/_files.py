@@ -36,13 +36,22 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
     folder = target.resolve().parent
     if not folder.is_dir():
         raise ValidationError(f"The folder of {str(path)!r} does not exist. Create it first.")
+    try:
+        existing = target.stat()
+    except OSError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        # /dev/null, /dev/stdout, a named pipe: write into it; renaming over it would replace
+        # the device (as root) or fail.
+        with open(target, "w", newline="") as handle:
+            handle.write(text)
+        return target
     if private:
         mode = 0o600
+    elif existing is not None:
+        mode = stat.S_IMODE(existing.st_mode)
     else:
-        try:
-            mode = stat.S_IMODE(target.stat().st_mode)
-        except OSError:
-            mode = 0o666 & ~_umask()
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
     try:
         with os.fdopen(fd, "w", newline="") as handle:
