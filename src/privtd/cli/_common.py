@@ -79,11 +79,11 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+def _parse_params(pairs: tuple[str, ...], option: str = "-p/--param") -> dict[str, Any]:
     params: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ValidationError(f"--param takes KEY=VALUE. Got {pair!r}.")
+            raise ValidationError(f"{option} takes KEY=VALUE. Got {pair!r}.")
         key, value = pair.split("=", 1)
         params[key.strip().replace("-", "_")] = _parse_value(value.strip())
     return params

@@ -224,7 +224,9 @@ def infer(
     # -p is the mechanism's; a KEY only the estimator takes is the old spelling (-P now),
     # still accepted for one release once the method is known.
     moved: dict[str, Any] = {}
-    if mechanism is not None:
+    if mechanism_report is not None:
+        pass  # the report's parameters are the mechanism's, as perturb built it
+    elif mechanism is not None:
         keys = _mechanism_keys(mechanism, calibrated)
         moved = {k: v for k, v in mech_params.items() if k not in keys}
         mech_params = {k: v for k, v in mech_params.items() if k in keys}
@@ -232,7 +234,7 @@ def infer(
         if epsilon is not None:
             raise ValidationError("--epsilon needs --mechanism (or --mechanism-report).")
         moved, mech_params = mech_params, {}
-    method_params = _parse_params(method_param)
+    method_params = _parse_params(method_param, "-P/--method-param")
     if method is not None:
         _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
         moved = {}
