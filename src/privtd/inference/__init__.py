@@ -132,7 +132,8 @@ def make_estimator(method: str, **params: Any) -> Estimator:
         )
     # Name what is wrong in privtd's terms, not through Python's TypeError about __init__.
     accepted = estimator_params(method)
-    unknown = [key for key in params if key not in accepted and key != "mechanism"]
+    takes_mechanism = "mechanism" in inspect.signature(cls).parameters
+    unknown = [k for k in params if k not in accepted and (k != "mechanism" or not takes_mechanism)]
     if unknown:
         raise ValidationError(
             f"unknown parameter {unknown[0]!r} for method {method}; it takes: "
@@ -140,14 +141,18 @@ def make_estimator(method: str, **params: Any) -> Estimator:
         )
     try:
         return cls(**params)
-    except TypeError as exc:
+    except TypeError:
         needed = [
             p.name
             for p in inspect.signature(cls).parameters.values()
             if p.default is p.empty and p.name not in params and p.kind is not p.VAR_KEYWORD
         ]
-        what = f"needs {', '.join(needed)}" if needed else f"got a value of the wrong type ({exc})"
-        raise ValidationError(f"Method {method!r} {what}.") from None
+        what = (
+            f"needs {', '.join(needed)}"
+            if needed
+            else f"cannot take the values given for {', '.join(sorted(params))}"
+        )
+        raise ValidationError(f"Method {method!r} {what}; check their types.") from None
 
 
 def estimator_params(method: str) -> list[str]:
