@@ -94,9 +94,9 @@ def test_params_and_gold(dog, tmp_path, capsys):
             "one-coin-ds",
             "-o",
             str(out),
-            "-p",
+            "-P",
             "max_iter=5",
-            "-p",
+            "-P",
             "tol=0",
             "--gold",
             str(gold),
@@ -112,10 +112,11 @@ def test_params_and_gold(dog, tmp_path, capsys):
     [
         (["infer", "missing.csv", "-m", "mv", "-o", "x.csv"], "No such file"),
         (["infer", "{dup}", "-m", "mv", "-o", "x.csv"], "repeat a (task, worker) pair"),
-        (["infer", "{dog}", "-m", "gtm", "-o", "x.csv"], "takes numeric answers"),
-        (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-p", "bogus=1"], "Bad parameter"),
+        (["infer", "{words}", "-m", "gtm", "-o", "x.csv"], "gtm takes numbers"),
+        (["infer", "{dog}", "-m", "gtm", "--kind", "categorical", "-o", "x"], "numeric answers"),
+        (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-P", "bogus=1"], "unknown parameter"),
         (["infer", "{dog}", "-m", "mv", "-o", "x.csv", "-p", "novalue"], "KEY=VALUE"),
-        (["infer", "{dog}", "-m", "ds", "-o", "x.csv", "-p", "max_iter=0"], "must be an int >= 1"),
+        (["infer", "{dog}", "-m", "ds", "-o", "x.csv", "-P", "max_iter=0"], "must be an int >= 1"),
         (["infer", "{dog}", "-m", "ds", "-o", "nofolder/x.csv"], "does not exist"),
         (
             [
@@ -285,7 +286,7 @@ def test_perturb_then_infer(tmp_path, capsys):
     assert code == 2 and "No perturbation-aware estimator for the laplace mechanism" in err
     assert "NULL's report has the law of an answer" in err and "--method" in err
     code, _, err = run(["infer", str(out), "-e", "1", "-o", str(aware)], capsys)
-    assert code == 2 and "need --mechanism" in err
+    assert code == 2 and "needs --mechanism" in err
     code, _, err = run(["infer", str(out), "-o", str(aware)], capsys)
     assert code == 2 and "Pass --method" in err
 

@@ -301,7 +301,9 @@ def test_bad_iteration_parameters(method, kind):
 def test_unknown_method_and_parameter():
     with pytest.raises(ValidationError, match="Unknown method 'nope'"):
         make_estimator("nope")
-    with pytest.raises(ValidationError, match="Bad parameter for method 'ds'"):
+    with pytest.raises(
+        ValidationError, match="unknown parameter 'bogus' for method ds; it takes: max_iter"
+    ):
         make_estimator("ds", bogus=1)
 
 

@@ -5,6 +5,10 @@ type to pandas' own parser, run on the column's distinct values only, so dtypes,
 values and labels are those ``pandas.read_csv`` gives. Any input pyarrow cannot read as
 pandas would (ragged rows, duplicate or blank column names, bad encodings, ...) goes to
 pandas, so bad input raises exactly the errors it always did.
+
+One departure from pandas on both paths: a column of integers with blank cells stays integers
+(pandas' nullable ``Int64``) instead of becoming floats, so integer labels ``1``/``0`` are not
+read as the other labels ``1.0``/``0.0`` because one cell is blank.
 """
 
 from __future__ import annotations
@@ -31,9 +35,41 @@ def read_csv(path: str, id_columns: Sequence[str], delimiter: str = ",") -> pd.D
 def _read_pandas(path: str, id_columns: Sequence[str], delimiter: str = ",") -> pd.DataFrame:
     import pandas as pd
 
-    return pd.read_csv(
+    frame = pd.read_csv(
         path, sep=delimiter, dtype=dict.fromkeys(id_columns, str), keep_default_na=True
     )
+    # Only float columns with blanks and whole values can be integers made floats by a blank:
+    # read just those again as text to tell "1" from "1.0".
+    suspects = [
+        name for name in frame.columns if name not in id_columns and _blank_whole(frame[name])
+    ]
+    if suspects:
+        raw = pd.read_csv(path, sep=delimiter, usecols=suspects, dtype=str, keep_default_na=True)
+        for name in suspects:
+            if _all_integer_text(raw[name].dropna()):
+                frame[name] = frame[name].astype("Int64")
+    return frame
+
+
+def _blank_whole(series: Any) -> bool:
+    """A float column with missing cells whose other values are all whole numbers."""
+    import numpy as np
+    import pandas as pd
+
+    if not pd.api.types.is_float_dtype(series.dtype):
+        return False
+    values = series.to_numpy(dtype=np.float64)
+    present = values[~np.isnan(values)]
+    return bool(
+        present.size < values.size
+        and present.size > 0
+        and np.all(np.abs(present) < 2.0**53)  # exact as int64 and as float64
+        and np.all(present == np.floor(present))
+    )
+
+
+def _all_integer_text(texts: Any) -> bool:
+    return bool(texts.str.fullmatch(r"\s*[+-]?\d+\s*").all())
 
 
 def _read_pyarrow(
@@ -107,5 +143,9 @@ def _parsed_column(column: Any, pc: Any, pd: Any) -> Any:
     writer.writerow(["v"])
     writer.writerows([v] for v in encoded.dictionary.to_pylist())
     parsed = pd.read_csv(io.StringIO(buffer.getvalue()), keep_default_na=True)["v"]
+    if _blank_whole(parsed) and _all_integer_text(
+        pd.Series(encoded.dictionary.to_pylist(), dtype=object)[parsed.notna().to_numpy()]
+    ):
+        parsed = parsed.astype("Int64")  # integers with blank cells (see the module docstring)
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False)
     return pd.Series(parsed.array.take(codes))

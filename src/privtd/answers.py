@@ -276,6 +276,13 @@ class Answers:
             notes.append(f"dropped {int(na.sum())} row(s) with a missing task, worker or answer")
             t_col, w_col, a_col = t_col[keep], w_col[keep], a_col[keep]
 
+        # A CSV reader keeps integers with blank cells as nullable integers (privtd._csv); with
+        # the blanks gone they are the plain integers a column without blanks gives.
+        if isinstance(a_col.dtype, pd.api.extensions.ExtensionDtype) and (
+            pd.api.types.is_integer_dtype(a_col.dtype) and not a_col.isna().any()
+        ):
+            a_col = a_col.astype(np.int64)
+
         # ---- kind and values
         numeric = _resolve_kind(kind, a_col, labels)
         if numeric:
@@ -442,13 +449,14 @@ class Answers:
         if policy == "error":
             raise ValidationError(
                 f"{int(single.sum())} {axis}(s) have exactly one answer (first: "
-                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or 'drop'."
+                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or 'drop' "
+                f"(CLI: --single-{axis} keep|drop)."
             )
         keep = ~single[codes]
         if not keep.any():
             raise ValidationError(
                 f"Every {axis} has exactly one answer, so single_{axis}='drop' leaves nothing. "
-                f"Use single_{axis}='keep'."
+                f"Use single_{axis}='keep' (CLI: --single-{axis} keep)."
             )
         return self.subset(keep, f"dropped {int(single.sum())} {axis}(s) with a single answer")
 
@@ -605,11 +613,13 @@ def _resolve_duplicates(
         )
     if policy == "majority" and labels is None:
         raise ValidationError(
-            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers."
+            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers "
+            "(CLI: --on-duplicate mean)."
         )
     if policy == "mean" and labels is not None:
         raise ValidationError(
-            "on_duplicate='mean' needs numeric answers; use 'majority' for labels."
+            "on_duplicate='mean' needs numeric answers; use 'majority' for labels "
+            "(CLI: --on-duplicate majority)."
         )
     if policy in ("first", "last"):
         keep = ~pd.Series(pair).duplicated(keep="first" if policy == "first" else "last").to_numpy()

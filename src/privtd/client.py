@@ -169,6 +169,7 @@ class Ceiling:
                 },
                 indent=1,
             ),
+            private=True,  # what this person has spent, as before: 0600
         )
 
 
@@ -272,6 +273,7 @@ class Worker:
                 },
                 indent=1,
             ),
+            private=True,  # it holds the worker's token
         )
         return cls(path, ledger=ceiling.path, **kwargs)
 
@@ -407,7 +409,7 @@ class Worker:
 
     # ---------------------------------------------------------------- plumbing
     def _save(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.state, indent=1))
+        atomic_write_text(self.path, json.dumps(self.state, indent=1), private=True)
 
     def _call(
         self, method: str, path: str, body: Any, headers: dict[str, str] | None = None

@@ -42,7 +42,26 @@ def evaluate(truths: pd.Series, reference: pd.Series, *, kind: str = "auto") -> 
         out["mae"] = float(np.mean(np.abs(err)))
         out["rmse"] = float(np.sqrt(np.mean(err**2)))
     else:
+        _check_label_overlap(inferred, ref)
         same = inferred.astype(str).to_numpy() == ref.astype(str).to_numpy()
         out["accuracy"] = float(same.mean())
         out["error_rate"] = 1.0 - out["accuracy"]
     return out
+
+
+def _check_label_overlap(inferred: pd.Series, ref: pd.Series) -> None:
+    """Refuse to score labels of which not one inferred value is a reference value, when that
+    is surely a mismatch of spelling or type (``1.0`` against ``yes``, or ``1.0`` against
+    ``1``) rather than a run that got every task wrong: the two sides differ in type, or each
+    has several labels and they share none."""
+    mine, theirs = pd.unique(inferred.astype(str)), pd.unique(ref.astype(str))
+    if set(mine) & set(theirs):
+        return
+    numeric = [pd.api.types.is_numeric_dtype(s.dtype) for s in (inferred, ref)]
+    if numeric[0] == numeric[1] and (len(mine) < 2 or len(theirs) < 2):
+        return
+    raise ValidationError(
+        f"No inferred label is a reference label (inferred: {sorted(mine)[:4]}, reference: "
+        f"{sorted(theirs)[:4]}), so accuracy would be 0 by construction. Write both with the "
+        "same labels; for numbers compare as numbers (kind='numeric'; CLI: --kind numeric)."
+    )

@@ -39,8 +39,33 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
+#: The output name that means standard output, as in most command-line tools.
+STDOUT = "-"
+
+
+def _write_output(path: str, text: str, private: bool = False) -> None:
+    """Write an output file (``private``: 0600, for secrets), or standard output for ``-``."""
+    if path == STDOUT:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(path, text, private=private)
+
+
 def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
-    atomic_write_text(path, frame.to_csv(index=index))
+    _write_output(path, frame.to_csv(index=index))
+
+
+def _one_stdout(**outputs: str | None) -> None:
+    """Refuse two outputs sent to standard output, which would interleave."""
+    named = [f"--{name.replace('_', '-')}" for name, path in outputs.items() if path == STDOUT]
+    if len(named) > 1:
+        raise ValidationError(
+            f"{' and '.join(named)} both name standard output ('-'); send one of them to a file."
+        )
+
+
+def _shown(path: str) -> str:
+    return "standard output" if path == STDOUT else path
 
 
 def _parse_value(text: str) -> Any:
@@ -57,11 +82,11 @@ def _parse_value(text: str) -> Any:
     return text
 
 
-def _parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+def _parse_params(pairs: tuple[str, ...], option: str = "-p/--param") -> dict[str, Any]:
     params: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ValidationError(f"--param takes KEY=VALUE. Got {pair!r}.")
+            raise ValidationError(f"{option} takes KEY=VALUE. Got {pair!r}.")
         key, value = pair.split("=", 1)
         params[key.strip().replace("-", "_")] = _parse_value(value.strip())
     return params
@@ -104,20 +129,27 @@ def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] 
 def _read_truth_csv(path: str) -> pd.Series:
     import pandas as pd
 
+    from .._csv import read_csv
+
+    # Read as the answers are (privtd._csv), so a truth of integer labels with a blank cell
+    # stays integers, and an unreadable file gets the same one-line error as in infer.
     try:
-        frame = pd.read_csv(path, dtype={"task": str})
+        frame = read_csv(path, ["task"])
     except FileNotFoundError:
         raise ValidationError(f"No such file: {path!r}. Check the path.") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValidationError(
-            f"Cannot parse {path!r} as CSV: {str(exc).splitlines()[0]}."
-        ) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValidationError(f"Cannot parse {path!r} as csv: {first}.") from None
     missing = [c for c in ("task", "truth") if c not in frame.columns]
     if missing:
         raise ValidationError(
             f"{path!r} lacks column(s) {missing}: expected ['task', 'truth'], found "
             f"{list(frame.columns)}."
         )
+    # A blank truth is no known truth: leave the task out rather than compare with NaN.
+    frame = frame[frame["truth"].notna().to_numpy()]
+    if pd.api.types.is_integer_dtype(frame["truth"].dtype):  # nullable ints, blanks now gone
+        frame = frame.astype({"truth": "int64"})
     if frame["task"].duplicated().any():
         dup = frame["task"][frame["task"].duplicated()].iloc[0]
         raise ValidationError(f"{path!r} names task {dup!r} twice. Give one truth per task.")
@@ -252,7 +284,8 @@ ANSWER_KIND = click.option(
     type=click.Choice(["auto", "categorical", "numeric"]),
     default="auto",
     show_default=True,
-    help="Answer type; 'auto': floats are numeric, the rest labels.",
+    help="Answer type; 'auto': floats are numbers, the rest labels (in infer, a numeric-only "
+    "method or mechanism reads integers as numbers).",
 )
 MECHANISM = click.option(
     "--mechanism", "-M", required=True, type=click.Choice(MECHANISM_NAMES), help="Local mechanism."
@@ -260,8 +293,8 @@ MECHANISM = click.option(
 
 
 def mechanism_params(example: str = "") -> Callable[[Any], Any]:
-    """The mechanism-parameter option, spelt as every command accepts it (``-p``/``--param``
-    outside infer, ``--mechanism-param`` everywhere)."""
+    """The mechanism-parameter option, spelt alike in every command: ``-p``/``--param`` (or
+    ``--mechanism-param``) is always the mechanism's; infer's estimator takes ``-P``."""
     example = f"; {example}" if example else ""
     return click.option(
         "--param",
@@ -270,8 +303,75 @@ def mechanism_params(example: str = "") -> Callable[[Any], Any]:
         "param",
         multiple=True,
         metavar="KEY=VALUE",
-        help=f"Mechanism parameter, repeatable{example} (--mechanism-param is the same, as "
-        "infer spells it).",
+        help=f"Mechanism parameter, repeatable{example} (--mechanism-param is the same).",
+    )
+
+
+def _mechanism_keys(mechanism: str, calibrated: bool) -> list[str]:
+    """The KEYs ``-p`` takes for a mechanism: its constructor's parameters, or with --epsilon
+    those of its calibration; mf's task profiles are drawn from ``d`` and ``profile_seed``."""
+    import inspect
+
+    from ..mechanisms import MECHANISMS
+
+    cls = MECHANISMS[mechanism]
+    builds = [cls.from_epsilon] if calibrated else [cls]
+    params = inspect.signature(builds[0]).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        builds.append(cls)  # a calibration that passes the rest on to the constructor
+    keys: list[str] = []
+    for build in builds:
+        for p in inspect.signature(build).parameters.values():
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in keys:
+                keys.append(p.name)
+    keys = [k for k in keys if k not in ("epsilon", "allow_float_leak")]
+    if mechanism == "mf":
+        keys = [k for k in keys if k != "profiles"] + ["d", "profile_seed"]
+    return keys
+
+
+def _check_mechanism_keys(mechanism: str, calibrated: bool, params: dict[str, Any]) -> None:
+    keys = _mechanism_keys(mechanism, calibrated)
+    unknown = [k for k in params if k not in keys]
+    if unknown:
+        where = " with --epsilon" if calibrated else ""
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r} for mechanism {mechanism}{where}; it takes: "
+            f"{', '.join(keys) or 'none'} (-p KEY=VALUE; see privtd epsilon -M {mechanism})."
+        )
+
+
+#: Above this many labels a categorical read is suspect (see :func:`_warn_label_set`).
+MAX_LABELS = 100
+
+
+def _warn_label_set(data: Any) -> None:
+    """Warn when categorical answers have so many distinct labels that they are likely numbers
+    read as labels: more than MAX_LABELS, or (past 20) more labels than half the answers.
+
+    Crowdsourcing label sets run from 2 to a few dozen classes; every categorical model here
+    learns per label (a K x K confusion per worker for Dawid-Skene, a K-vector per task), so its
+    cost grows with K and, once most labels are given once, there is nothing to agree on.
+    """
+    if not data.is_categorical:
+        return
+    n_labels, n_answers = data.n_labels, data.n_answers
+    if n_labels <= MAX_LABELS and (n_labels <= 20 or 2 * n_labels <= n_answers):
+        return
+    import pandas as pd
+
+    numbers = pd.api.types.is_numeric_dtype(data.labels.dtype)
+    advice = (
+        "They look like numbers: pass --kind numeric to read them as numbers (a numeric "
+        "method such as gtm, mean or median does so by itself)."
+        if numbers
+        else "Check that --answer-col names the answer column."
+    )
+    click.echo(
+        f"privtd: warning: the answers are read as {n_labels:,} distinct labels among "
+        f"{n_answers:,} answers; a categorical method learns little per label and slows down "
+        f"with their number. {advice}",
+        err=True,
     )
 
 

@@ -16,12 +16,18 @@ from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
     _atomic_csv,
+    _check_mechanism_keys,
+    _mechanism_keys,
+    _mechanism_params,
     _note_pooled_interval,
+    _one_stdout,
     _parse_params,
     _progress,
     _read_answers,
     _read_reference,
     _read_truth_csv,
+    _shown,
+    _warn_label_set,
     answer_source,
 )
 from ._names import MECHANISM_NAMES, METHOD_NAMES
@@ -43,28 +49,47 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
 )
 @click.option("--epsilon", "-e", type=float, help="The mechanism's epsilon per answer.")
 @click.option(
+    "--param",
+    "-p",
     "--mechanism-param",
+    "param",
     multiple=True,
     metavar="KEY=VALUE",
-    help="The mechanism's public parameters, repeatable (e.g. --mechanism-param f=0.3).",
+    help="The mechanism's public parameter, repeatable (e.g. -p a=0.1), as in perturb and "
+    "epsilon. Categorical mechanisms take n_labels from the answers unless given.",
+)
+@click.option(
+    "--mechanism-report",
+    type=click.Path(dir_okay=False),
+    help="The JSON that `privtd perturb --report` wrote: the mechanism, its parameters and "
+    "label set are read from it (instead of -M, -e and -p).",
+)
+@click.option(
+    "--method-param",
+    "-P",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Estimator parameter, repeatable (e.g. -P max_iter=50 -P tol=1e-4).",
 )
 @click.option(
     "--output",
     "-o",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV to write: task,truth. With --engine dask, a name ending in .parquet is a folder "
-    "the workers write, one Parquet file per shard (see docs/scale.md).",
+    help="CSV to write: task,truth ('-': standard output). With --engine dask, a name ending "
+    "in .parquet is a folder the workers write, one Parquet file per shard (see "
+    "docs/scale.md).",
 )
 @click.option(
     "--workers-output",
     type=click.Path(dir_okay=False),
-    help="CSV to write per-worker weight, answer count and model columns.",
+    help="CSV to write per-worker weight, answer count and model columns ('-': standard output).",
 )
 @click.option(
     "--probas-output",
     type=click.Path(dir_okay=False),
-    help="CSV to write per-task label probabilities (models that have them).",
+    help="CSV to write per-task label probabilities, for models that have them ('-': "
+    "standard output).",
 )
 @ANSWER_KIND
 @answer_source
@@ -95,13 +120,6 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
     type=click.Path(dir_okay=False),
     help="CSV task,truth of known truths, fixed during fitting (default: the golden tasks of "
     "a platform export, when it has any).",
-)
-@click.option(
-    "--param",
-    "-p",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Estimator parameter, repeatable (e.g. -p max_iter=50 -p tol=1e-4).",
 )
 @click.option(
     "--multi-label",
@@ -144,7 +162,9 @@ def infer(
     method: str | None,
     mechanism: str | None,
     epsilon: float | None,
-    mechanism_param: tuple[str, ...],
+    param: tuple[str, ...],
+    mechanism_report: str | None,
+    method_param: tuple[str, ...],
     output: str,
     workers_output: str | None,
     probas_output: str | None,
@@ -160,7 +180,6 @@ def infer(
     single_task: str,
     single_worker: str,
     gold: str | None,
-    param: tuple[str, ...],
     multi_label: str | None,
     progress: bool | None,
     engine: str,
@@ -170,14 +189,70 @@ def infer(
 ) -> None:
     """Infer each task's truth and each worker's quality from ANSWERS: a long table (CSV, TSV
     or Parquet: task, worker, answer) or a platform's export (Toloka, MTurk, Label Studio,
-    Appen; docs/formats.md), whose golden tasks are used as --gold."""
+    Appen; docs/formats.md), whose golden tasks are used as --gold.
+
+    Parameters: -p/--param KEY=VALUE sets the mechanism's (as in perturb, epsilon, audit and
+    attack), -P/--method-param KEY=VALUE the estimator's. Until the next release, a -p KEY
+    that only the estimator takes still goes to it, with a warning.
+
+    Perturbed answers: name the mechanism with -M and -e (and -p), or give the report perturb
+    wrote with --mechanism-report; without --method the perturbation-aware estimator runs
+    (docs/inference.md). Numeric-only methods (gtm, mean, median, raykar, sigma, ...) read
+    integer answers as numbers; --kind overrides.
+    """
+    from ..errors import NotNumericError
     from ..inference import (
         AWARE_METHODS,
+        METHODS,
         NO_AWARE_METHOD,
+        RELEASE_METHODS,
         AwareNull,
         aware_method,
+        estimator_params,
         make_estimator,
     )
+    from ..mechanisms import MECHANISMS, make_mechanism
+
+    _one_stdout(output=output, workers_output=workers_output, probas_output=probas_output)
+    mech_params = _parse_params(param)
+    report_labels: list[Any] | None = None
+    calibrated = epsilon is not None
+    if mechanism_report is not None:
+        named, mech_params, report_labels = _read_report(mechanism_report)
+        if mechanism is not None and mechanism != named:
+            raise ValidationError(
+                f"-M {mechanism} disagrees with {mechanism_report!r}, which names {named}; drop -M."
+            )
+        if epsilon is not None or param:
+            raise ValidationError(
+                f"{mechanism_report!r} fixes the mechanism's parameters; drop -e and -p."
+            )
+        mechanism = named
+    # -p is the mechanism's; a KEY only the estimator takes is the old spelling (-P now),
+    # still accepted for one release once the method is known.
+    moved: dict[str, Any] = {}
+    if mechanism_report is not None:
+        pass  # the report's parameters are the mechanism's, as perturb built it
+    elif mechanism is not None:
+        keys = _mechanism_keys(mechanism, calibrated)
+        moved = {k: v for k, v in mech_params.items() if k not in keys}
+        mech_params = {k: v for k, v in mech_params.items() if k in keys}
+    else:
+        if epsilon is not None:
+            raise ValidationError("--epsilon needs --mechanism (or --mechanism-report).")
+        moved, mech_params = mech_params, {}
+    method_params = _parse_params(method_param, "-P/--method-param")
+    if method is not None:
+        _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
+        moved = {}
+    if kind == "auto":
+        # The mechanism fixes the kind; so does a method that takes one kind only (integer
+        # population counts would otherwise be read as thousands of labels).
+        if mechanism is not None:
+            kind = MECHANISMS[mechanism].kind
+        elif method is not None:
+            kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
+            kind = kinds[0] if len(kinds) == 1 else kind
 
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
@@ -189,7 +264,7 @@ def infer(
             answers,
             method,
             multi_label,
-            _parse_params(param),
+            _parse_params(method_param, "-P/--method-param"),
             gold,
             output,
             workers_output,
@@ -247,18 +322,42 @@ def infer(
             raise ValidationError(
                 f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
             )
-        imported = _read_answers(
-            answers, fmt, delimiter, task_col, worker_col, answer_col, keep_rejected, **read
-        )
+        if report_labels is not None and kind == "categorical":
+            read["labels"] = report_labels  # labels the release never drew are still labels
+        try:
+            imported = _read_answers(
+                answers, fmt, delimiter, task_col, worker_col, answer_col, keep_rejected, **read
+            )
+        except NotNumericError as exc:
+            because = (
+                f"the {mechanism} mechanism perturbs numbers"
+                if mechanism is not None
+                else f"{method} takes numbers"
+                if method is not None
+                else "they were read as numbers"
+            )
+            raise ValidationError(
+                f"{exc.found}: {because}. Fix them, or read them as labels (--kind "
+                "categorical) with a method for labels."
+            ) from None
         data = imported.answers
         export_gold = imported.gold
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
-    params = _parse_params(param)
+    _warn_label_set(data)
+    params: dict[str, Any] = {}
     if mechanism is not None:
-        from ..mechanisms import make_mechanism
-
-        mech = make_mechanism(mechanism, epsilon, **_parse_params(mechanism_param))
+        if (
+            MECHANISMS[mechanism].kind == "categorical"
+            and data.is_categorical
+            and "n_labels" not in mech_params
+            and "n_labels" in _mechanism_keys(mechanism, calibrated)
+        ):
+            # As perturb does: the label count comes from the answers unless given.
+            mech_params["n_labels"] = data.n_labels
+        mech = make_mechanism(
+            mechanism, epsilon, **_mechanism_params(mechanism, mech_params, data.n_tasks)
+        )
         if method is None:
             method = aware_method(mech)
             if method is None:
@@ -267,6 +366,7 @@ def infer(
                     f"No perturbation-aware estimator for the {mechanism} mechanism: {why}. "
                     "Pass --method to pick one (P3's aggregator: sigma)."
                 )
+            _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
         if method in AWARE_METHODS:
             params["mechanism"] = mech
         else:
@@ -276,11 +376,15 @@ def infer(
                 f"--method for the perturbation-aware default ({aware_method(mech) or 'none'}).",
                 err=True,
             )
-    elif epsilon is not None or mechanism_param:
-        raise ValidationError("--epsilon and --mechanism-param need --mechanism.")
     if method is None:
         raise ValidationError("Pass --method, or --mechanism to use the perturbation-aware one.")
-    estimator = make_estimator(method, **params)
+    kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
+    if data.kind not in kinds:
+        raise ValidationError(
+            f"{method} takes {' or '.join(kinds)} answers; these were read as {data.kind}. "
+            f"Pass --kind {kinds[0]}, or pick another method."
+        )
+    estimator = make_estimator(method, **params, **method_params)
     gold_series = _read_truth_csv(gold) if gold else export_gold
     if export_gold is not None:
         from ..io import FORMAT_LABELS
@@ -316,11 +420,67 @@ def infer(
     status = "converged" if estimator.converged_ else "did not converge"
     click.echo(
         f"{method}: {data.n_tasks} tasks, {data.n_workers} workers, {data.n_answers} answers; "
-        f"{estimator.n_iter_} iteration(s), {status}, {elapsed:.3f} s -> {output}",
+        f"{estimator.n_iter_} iteration(s), {status}, {elapsed:.3f} s -> {_shown(output)}",
         err=True,
     )
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
+
+
+def _settle_moved(
+    moved: dict[str, Any],
+    method_params: dict[str, Any],
+    method: str,
+    mechanism: str | None,
+    calibrated: bool,
+    estimator_params: Any,
+) -> None:
+    """Give the estimator the -p KEYs that only it takes (the spelling before -P), warning
+    that it goes; any other KEY is unknown to both, and the error lists what each takes."""
+    taken = estimator_params(method)
+    for key, value in moved.items():
+        if key not in taken:
+            if mechanism is not None:
+                _check_mechanism_keys(mechanism, calibrated, {key: value})
+            raise ValidationError(
+                f"unknown parameter {key!r}: -p sets the mechanism's parameters (give -M), "
+                f"-P the method's; {method} takes: {', '.join(taken) or 'none'}."
+            )
+        click.echo(
+            f"privtd: warning: -p {key}=... for an estimator parameter is deprecated and goes "
+            f"in the next release: -p is the mechanism's, as in perturb; write -P {key}=... "
+            "(--method-param).",
+            err=True,
+        )
+        if key in method_params:
+            raise ValidationError(f"{key} is given by both -p and -P; give it once, with -P.")
+        method_params[key] = value
+
+
+def _read_report(path: str) -> tuple[str, dict[str, Any], list[Any] | None]:
+    """The mechanism, its parameters and the label set of a `privtd perturb --report` JSON."""
+    from ..mechanisms import MECHANISMS
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+    except FileNotFoundError:
+        raise ValidationError(f"No such file: {path!r}. Check the path.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(f"Cannot parse {path!r} as JSON: {exc}.") from None
+    if (
+        not isinstance(report, dict)
+        or report.get("mechanism") not in MECHANISMS
+        or not isinstance(report.get("parameters"), dict)
+    ):
+        raise ValidationError(
+            f"{path!r} is not a report of `privtd perturb --report` (it needs 'mechanism' and "
+            "'parameters'). Pass that JSON, or -M and -e."
+        )
+    labels = report.get("labels")
+    if labels is not None and not isinstance(labels, list):
+        raise ValidationError(f"{path!r}: 'labels' must be a list. Fix or drop it.")
+    return report["mechanism"], dict(report["parameters"]), labels
 
 
 @click.command("evaluate")

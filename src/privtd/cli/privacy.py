@@ -9,15 +9,19 @@ from typing import Any
 
 import click
 
-from .._files import atomic_write_text
 from ..errors import NotNumericError, ValidationError
 from ._common import (
     MECHANISM,
     ON_DUPLICATE,
     _atomic_csv,
+    _check_mechanism_keys,
     _mechanism_params,
+    _one_stdout,
     _parse_params,
     _read_answers,
+    _shown,
+    _warn_label_set,
+    _write_output,
     answer_source,
     mechanism_params,
 )
@@ -46,12 +50,13 @@ from ._names import MECHANISM_NAMES
     "-o",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV to write: task,worker,answer (perturbed).",
+    help="CSV to write: task,worker,answer (perturbed); '-': standard output.",
 )
 @click.option(
     "--report",
     type=click.Path(dir_okay=False),
-    help="JSON to write: mechanism, parameters, guarantee and every worker's total.",
+    help="JSON to write: mechanism, parameters, label set, guarantee and every worker's "
+    "total ('-': standard output). `privtd infer --mechanism-report` reads it.",
 )
 @click.option(
     "--allow-float-leak",
@@ -100,6 +105,9 @@ def perturb(
         raise ValidationError(
             f"--allow-float-leak applies to mf only; {mechanism} releases on a public grid."
         )
+    _one_stdout(output=output, report=report)
+    param_values = _parse_params(param)
+    _check_mechanism_keys(mechanism, epsilon is not None, param_values)
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
@@ -132,7 +140,8 @@ def perturb(
             "perturb writes answers only; their answers are perturbed like any other.",
             err=True,
         )
-    params = _mechanism_params(mechanism, _parse_params(param), data.n_tasks)
+    _warn_label_set(data)
+    params = _mechanism_params(mechanism, param_values, data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
     if allow_float_leak:
@@ -155,6 +164,9 @@ def perturb(
             "note": mech.guarantee.note,
         },
         "seed": seed,
+        # The whole label set, for `infer --mechanism-report`: a label no release drew is
+        # still one the channel could have produced. JSON keeps ints ints and strings strings.
+        "labels": None if data.labels is None else [_plain(v) for v in data.labels],
         "n_answers": data.n_answers,
         "n_output": perturbed.n_answers,
     }
@@ -174,7 +186,7 @@ def perturb(
         }
     _atomic_csv(perturbed.to_frame(), output, index=False)
     if report:
-        atomic_write_text(report, json.dumps(summary, indent=2, default=str))
+        _write_output(report, json.dumps(summary, indent=2, default=str) + "\n")
     changed = (
         f"{summary['changed_fraction']:.1%} changed"
         if "changed_fraction" in summary
@@ -182,9 +194,14 @@ def perturb(
     )
     click.echo(
         f"{mechanism}: {mech.guarantee}; {data.n_answers} answers of {data.n_workers} workers, "
-        f"{changed} -> {output}",
+        f"{changed} -> {_shown(output)}",
         err=True,
     )
+
+
+def _plain(value: Any) -> Any:
+    """A label as JSON writes it faithfully: numpy scalars as Python ones."""
+    return value.item() if hasattr(value, "item") else value
 
 
 @click.command("audit")
@@ -224,9 +241,9 @@ def audit_cmd(
     from ..audit import audit
     from ..mechanisms import make_mechanism
 
-    mech = make_mechanism(
-        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
-    )
+    params = _parse_params(param)
+    _check_mechanism_keys(mechanism, epsilon is not None, params)
+    mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, 1))
     result = audit(mech, samples=samples, seed=seed, confidence=confidence)
     fields = {
         "mechanism": mechanism,
@@ -294,6 +311,7 @@ def attack_cmd(
         raise ValidationError("PERTURBED and --original must hold the same (task, worker) cells.")
     aligned = orig.with_values(pert.value[pos])
     params = _parse_params(param)
+    _check_mechanism_keys(mechanism, epsilon is not None, params)
     params.setdefault("n_labels", orig.n_labels)
     mech = make_mechanism(mechanism, epsilon, **params)
     result: dict[str, Any] = {**attack(orig, aligned).as_dict(), "claimed": str(mech.guarantee)}
@@ -315,9 +333,9 @@ def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -
     """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
     from ..mechanisms import make_mechanism
 
-    mech = make_mechanism(
-        mechanism, epsilon, **_mechanism_params(mechanism, _parse_params(param), 1)
-    )
+    params = _parse_params(param)
+    _check_mechanism_keys(mechanism, epsilon is not None, params)
+    mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, 1))
     shown = [
         f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
     ]

@@ -13,6 +13,7 @@ from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
     _atomic_csv,
+    _one_stdout,
 )
 
 
@@ -33,7 +34,12 @@ from ._common import (
     help="Secure sum: pairwise masks, or Paillier encryption.",
 )
 @click.option("--processes", is_flag=True, help="Run each worker in its own OS process.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="CSV to write: task,truth.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="CSV to write: task,truth ('-': standard output).",
+)
 @click.option(
     "--rounds-output", type=click.Path(dir_okay=False), help="CSV to write per-round costs."
 )
@@ -139,6 +145,7 @@ def secure_em_cmd(
     from ..answers import Answers
     from ..secure import RoundStats, SecureEM
 
+    _one_stdout(output=output, rounds_output=rounds_output)
     for path in (output, rounds_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")

@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
-from .._files import atomic_write_text
 from ..errors import ValidationError
 from ._common import (
     _atomic_csv,
     _note_pooled_interval,
     _parse_params,
     _parse_value,
+    _write_output,
 )
 
 
@@ -279,7 +279,7 @@ def campaign_codes(
     )
     text = "".join(f"{c}\n" for c in out["codes"])
     if output:
-        atomic_write_text(Path(output), text)
+        _write_output(output, text, private=True)  # '-': standard output, as everywhere
     else:
         click.echo(text, nl=False)
     until = f", expiring {out['expires_at']}" if out["expires_at"] else ""

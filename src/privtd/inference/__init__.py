@@ -6,6 +6,7 @@ attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..errors import ValidationError
@@ -170,7 +171,52 @@ def make_estimator(method: str, **params: Any) -> Estimator:
         raise ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
+    # Name what is wrong in privtd's terms, not through Python's TypeError about __init__.
+    accepted = estimator_params(method)
+    takes_mechanism = "mechanism" in inspect.signature(cls).parameters
+    unknown = [k for k in params if k not in accepted and (k != "mechanism" or not takes_mechanism)]
+    if unknown:
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r} for method {method}; it takes: "
+            f"{', '.join(accepted) or 'none'} (CLI: -P/--method-param KEY=VALUE)."
+        )
     try:
         return cls(**params)
-    except TypeError as exc:
-        raise ValidationError(f"Bad parameter for method {method!r}: {exc}.") from None
+    except TypeError:
+        needed = [
+            p.name
+            for p in inspect.signature(cls).parameters.values()
+            if p.default is p.empty and p.name not in params and p.kind is not p.VAR_KEYWORD
+        ]
+        what = (
+            f"needs {', '.join(needed)}"
+            if needed
+            else f"cannot take the values given for {', '.join(sorted(params))}"
+        )
+        raise ValidationError(f"Method {method!r} {what}; check their types.") from None
+
+
+def estimator_params(method: str) -> list[str]:
+    """The parameters a method's estimator takes (its mechanism aside), in signature order."""
+    cls = METHODS.get(method) or RELEASE_METHODS.get(method)
+    if cls is None:
+        raise ValidationError(
+            f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
+        )
+    names: list[str] = []
+    # An aware form that passes **params on to its plain model (AwareMACE, AwareGLAD, ...)
+    # takes the plain model's parameters too: follow the classes up until no **params is left.
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        names += [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in ("self", "mechanism")
+            and p.name not in names
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names

@@ -64,8 +64,12 @@ def sniff_delimiter(header: str) -> str:
 
 def _header(path: str, delimiter: str | None = None) -> tuple[list[str], str]:
     """The header line's column names, split at ``delimiter`` (default: the sniffed one)."""
-    text = _head(path)
-    first = text.splitlines()[0] if text else ""
+    with open(path, "rb") as handle:
+        line = handle.readline(65536)
+    try:  # strictly: a file that is not text gets the parse error the CSV reader would give
+        first = line.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"Cannot parse {path!r} as csv: {exc}.") from None
     delimiter = delimiter or sniff_delimiter(first)
     names = next(csv.reader([first], delimiter=delimiter), [])
     return [n.strip() for n in names], delimiter

@@ -1,0 +1,339 @@
+"""The command line's input and output friction a new user met (issue 34, points 1, 2, 3, 6, 7):
+each test here failed before the fix it covers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pandas as pd
+import pytest
+
+from privtd._csv import _read_pandas, read_csv
+from privtd.cli import main
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(code, err):
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("privtd: error: "), err
+    assert "Traceback" not in err and "internal error" not in err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    from privtd import datasets
+
+    folder = tmp_path_factory.mktemp("population")
+    datasets.export("population", folder)
+    return folder
+
+
+@pytest.fixture
+def binary(tmp_path):
+    """12 tasks x 5 workers, labels 0/1 (integers), every worker right on 10 of 12 tasks."""
+    rows = [
+        (f"t{t}", f"w{w}", (t % 2) ^ int((t + w) % 6 == 0)) for t in range(12) for w in range(5)
+    ]
+    path = tmp_path / "binary.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "answer"]).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def four_labels(tmp_path):
+    """Answers over labels 0..3, perturbed by one-layer RR (which finds the 4 labels)."""
+    rows = [(f"t{t}", f"w{w}", (t + int(w == 0)) % 4) for t in range(40) for w in range(6)]
+    path = tmp_path / "four.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "answer"]).to_csv(path, index=False)
+    return path
+
+
+# ---------------------------------------------------------------------- 1: integer numbers
+def test_numeric_method_reads_integer_answers_as_numbers(population, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    code, _, err = run(["infer", population / "answers.csv", "-m", "gtm", "-o", out], capsys)
+    assert code == 0, err
+    assert err.startswith("gtm: 1172 tasks") and "warning" not in err
+    truths = pd.read_csv(out)
+    assert pd.api.types.is_float_dtype(truths["truth"]) and len(truths) == 1172
+
+
+def test_huge_label_set_warns_and_names_the_flag(population, tmp_path, capsys):
+    code, _, err = run(
+        ["infer", population / "answers.csv", "-m", "mv", "-o", tmp_path / "t.csv"], capsys
+    )
+    assert code == 0
+    warning = [line for line in err.splitlines() if line.startswith("privtd: warning:")]
+    assert len(warning) == 1 and "2,617 distinct labels among 4,183 answers" in warning[0]
+    assert "--kind numeric" in warning[0] and "kind=" not in err
+
+
+def test_small_label_set_does_not_warn(four_labels, tmp_path, capsys):
+    code, _, err = run(["infer", four_labels, "-m", "mv", "-o", tmp_path / "t.csv"], capsys)
+    assert code == 0 and "warning" not in err
+
+
+def test_kind_errors_name_the_flag(tmp_path, capsys):
+    words = tmp_path / "words.csv"
+    words.write_text("task,worker,answer\n1,a,x\n2,a,y\n")
+    line = one_line_error(*run(["infer", words, "-m", "mean", "-o", tmp_path / "t"], capsys)[::2])
+    assert "--kind categorical" in line and "kind=" not in line
+    line = one_line_error(
+        *run(["infer", words, "-m", "mv", "--kind", "numeric", "-o", tmp_path / "t"], capsys)[::2]
+    )
+    assert "--kind" in line and "kind=" not in line
+
+
+# ---------------------------------------------------------------------- 2: one -p scheme
+def test_p_is_the_mechanism_parameter_in_infer(binary, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    args = ["infer", binary, "-M", "two-layer", "-e", "1", "-p", "a=0.1", "-o", out]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    assert err.startswith("aware-ds:") and len(pd.read_csv(out)) == 12
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["infer", "{f}", "-M", "two-layer", "-e", "1", "-p", "zz=1", "-o", "t.csv"],
+            "unknown parameter 'zz' for mechanism two-layer with --epsilon; it takes: n_labels, a",
+        ),
+        (
+            ["infer", "{f}", "-M", "two-layer", "-e", "1", "-P", "zz=1", "-o", "t.csv"],
+            "unknown parameter 'zz' for method aware-ds; it takes: prior_strength,",
+        ),
+        (["infer", "{f}", "-m", "ds", "-P", "zz=1", "-o", "t.csv"], "for method ds; it takes:"),
+        (["infer", "{f}", "-m", "ds", "-p", "zz=1", "-o", "t.csv"], "ds takes: max_iter, tol"),
+        (
+            ["perturb", "{f}", "-M", "two-layer", "-e", "1", "-p", "zz=1", "-o", "p.csv"],
+            "unknown parameter 'zz' for mechanism two-layer with --epsilon",
+        ),
+        (
+            ["epsilon", "-M", "one-layer", "-p", "zz=1"],
+            "unknown parameter 'zz' for mechanism one-layer; it takes: f, n_labels",
+        ),
+    ],
+)
+def test_unknown_parameters_are_named(args, message, binary, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run([a.format(f=binary) for a in args], capsys)
+    line = one_line_error(code, err)
+    assert message in line
+    assert "__init__" not in line and "keyword argument" not in line
+
+
+def test_old_p_spelling_for_estimator_still_works_with_a_warning(binary, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    code, _, err = run(["infer", binary, "-m", "ds", "-p", "max_iter=3", "-o", out], capsys)
+    assert code == 0
+    assert "-p max_iter=... for an estimator parameter is deprecated" in err
+    assert "-P max_iter=" in err and "3 iteration(s)" in err
+    code, _, err = run(["infer", binary, "-m", "ds", "-P", "max_iter=3", "-o", out], capsys)
+    assert code == 0 and "deprecated" not in err and "3 iteration(s)" in err
+
+
+def test_infer_help_documents_the_scheme(capsys):
+    code, out, _ = run(["infer", "--help"], capsys)
+    assert code == 0
+    assert "-P, --method-param" in out and "-p, --param, --mechanism-param" in out
+    assert "--mechanism-report" in out
+
+
+# ---------------------------------------------------------------------- 3: label count, report
+def test_infer_takes_the_label_count_from_the_answers(four_labels, tmp_path, capsys):
+    pert, report = tmp_path / "p.csv", tmp_path / "r.json"
+    args = ["perturb", four_labels, "-M", "one-layer", "-e", "1", "--seed", "3", "-o", pert]
+    code, _, err = run([*args, "--report", report], capsys)
+    assert code == 0, err
+    code, _, err = run(["infer", pert, "-M", "one-layer", "-e", "1", "-o", tmp_path / "a"], capsys)
+    assert code == 0, err
+    assert err.startswith("aware-one-coin: 40 tasks")
+    # perturb found 4 labels, so the report names them, as JSON integers
+    summary = json.loads(report.read_text())
+    assert summary["labels"] == [0, 1, 2, 3] and summary["parameters"]["n_labels"] == 4
+
+
+def test_infer_reads_the_mechanism_from_perturbs_report(four_labels, tmp_path, capsys):
+    pert, report = tmp_path / "p.csv", tmp_path / "r.json"
+    args = ["perturb", four_labels, "-M", "two-layer", "-e", "2", "--seed", "3", "-o", pert]
+    assert run([*args, "--report", report], capsys)[0] == 0
+    told = tmp_path / "told.csv"
+    code, _, err = run(["infer", pert, "-M", "two-layer", "-e", "2", "-o", told], capsys)
+    assert code == 0, err
+    from_report = tmp_path / "report.csv"
+    code, _, err = run(["infer", pert, "--mechanism-report", report, "-o", from_report], capsys)
+    assert code == 0, err
+    assert err.startswith("aware-one-coin: 40 tasks")
+    # The report's parameters are the calibrated ones: the same model, the same truths.
+    assert from_report.read_text() == told.read_text()
+
+
+@pytest.mark.parametrize(
+    "extra, content, message",
+    [
+        (["-M", "one-layer"], None, "-M one-layer disagrees with"),
+        (["-e", "1"], None, "fixes the mechanism's parameters; drop -e and -p"),
+        ([], "{not json", "as JSON"),
+        ([], '{"mechanism": "nope"}', "is not a report of `privtd perturb --report`"),
+    ],
+)
+def test_bad_mechanism_reports(extra, content, message, four_labels, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    if content is None:
+        args = ["perturb", four_labels, "-M", "two-layer", "-e", "2", "--seed", "3"]
+        assert run([*args, "-o", tmp_path / "p.csv", "--report", report], capsys)[0] == 0
+    else:
+        report.write_text(content)
+    args = ["infer", four_labels, "--mechanism-report", report, *extra, "-o", tmp_path / "t"]
+    assert message in one_line_error(*run(args, capsys)[::2])
+
+
+# ---------------------------------------------------------------------- 6: files
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_output_files_respect_the_umask(umask, binary, tmp_path, capsys):
+    out, report, pert = tmp_path / "t.csv", tmp_path / "r.json", tmp_path / "p.csv"
+    old = os.umask(umask)
+    try:
+        assert run(["infer", binary, "-m", "mv", "-o", out], capsys)[0] == 0
+        args = ["perturb", binary, "-M", "one-layer", "-e", "1", "--seed", "1", "-o", pert]
+        assert run([*args, "--report", report], capsys)[0] == 0
+    finally:
+        os.umask(old)
+    for path in (out, report, pert):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def test_rewriting_a_file_keeps_its_mode(binary, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    out.write_text("old")
+    out.chmod(0o640)
+    assert run(["infer", binary, "-m", "mv", "-o", out], capsys)[0] == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and out.read_text().startswith("task,")
+
+
+def test_dash_means_standard_output(binary, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(["infer", binary, "-m", "mv", "-o", "-"], capsys)
+    assert code == 0 and "-> standard output" in err
+    truths = out.splitlines()
+    assert truths[0] == "task,truth" and len(truths) == 13
+    args = ["perturb", binary, "-M", "one-layer", "-e", "1", "--seed", "1", "-o", "p.csv"]
+    code, out, _ = run([*args, "--report", "-"], capsys)
+    assert code == 0 and json.loads(out)["mechanism"] == "one-layer"
+    code, out, _ = run([*args[:-1], "-"], capsys)
+    assert code == 0 and out.startswith("task,worker,answer\n") and len(out.splitlines()) == 61
+    assert not (tmp_path / "-").exists()
+    both = ["infer", binary, "-m", "mv", "-o", "-", "--workers-output", "-"]
+    assert "both name standard output" in one_line_error(*run(both, capsys)[::2])
+
+
+def test_integer_labels_survive_a_blank_cell(tmp_path, capsys):
+    answers = tmp_path / "a.csv"
+    answers.write_text(
+        "task,worker,answer\nt1,a,1\nt1,b,1\nt1,c,\nt2,a,0\nt2,b,0\nt2,c,1\nt3,a,1\nt3,b,1\n"
+    )
+    out = tmp_path / "t.csv"
+    code, _, err = run(["infer", answers, "-m", "mv", "--on-missing", "drop", "-o", out], capsys)
+    assert code == 0, err
+    assert out.read_text().splitlines() == ["task,truth", "t1,1", "t2,0", "t3,1"]
+    # The reference may have blanks too: integer truths stay integers, blank ones are left out.
+    reference = tmp_path / "ref.csv"
+    reference.write_text("task,truth\nt1,1\nt2,\nt3,0\n")
+    code, text, _ = run(["evaluate", out, "--truth", reference, "--json"], capsys)
+    metrics = json.loads(text)
+    assert code == 0 and metrics == {
+        "n_evaluated": 2.0,
+        "n_missing": 0.0,
+        "accuracy": 0.5,
+        "error_rate": 0.5,
+    }
+
+
+def test_reader_tells_integers_from_floats_beside_blanks(tmp_path):
+    ints, floats = tmp_path / "i.csv", tmp_path / "f.csv"
+    ints.write_text("task,worker,answer\nt1,a,1\nt2,a,\nt3,a,-2\n")
+    floats.write_text("task,worker,answer\nt1,a,1.0\nt2,a,\nt3,a,-2\n")
+    for reader in (read_csv, _read_pandas):
+        assert str(reader(ints, ["task", "worker"])["answer"].dtype) == "Int64"
+        assert pd.api.types.is_float_dtype(reader(floats, ["task", "worker"])["answer"])
+
+
+def test_evaluate_refuses_labels_that_cannot_match(tmp_path, capsys):
+    inferred, reference = tmp_path / "t.csv", tmp_path / "ref.csv"
+    inferred.write_text("task,truth\nt1,1.0\nt2,0.0\nt3,1.0\n")
+    reference.write_text("task,truth\nt1,yes\nt2,no\nt3,yes\n")
+    line = one_line_error(*run(["evaluate", inferred, "--truth", reference], capsys)[::2])
+    assert "No inferred label is a reference label" in line and "--kind numeric" in line
+    # One label on each side, all wrong, same type: a real score of 0, not a mismatch.
+    inferred.write_text("task,truth\nt1,no\nt2,no\n")
+    reference.write_text("task,truth\nt1,yes\nt2,yes\n")
+    code, text, _ = run(["evaluate", inferred, "--truth", reference, "--json"], capsys)
+    assert code == 0 and json.loads(text)["accuracy"] == 0.0
+
+
+# ---------------------------------------------------------------------- 7: unreadable truths
+@pytest.mark.parametrize("where", ["evaluate", "gold"])
+def test_unreadable_truth_files_give_infers_parse_error(where, binary, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"\x00\xff\xfe task,truth\n")
+    if where == "evaluate":
+        truths = tmp_path / "t.csv"
+        truths.write_text("task,truth\nt1,1\n")
+        args = ["evaluate", truths, "--truth", bad]
+    else:
+        args = ["infer", binary, "-m", "mv", "--gold", bad, "-o", tmp_path / "t.csv"]
+    line = one_line_error(*run(args, capsys)[::2])
+    answers_line = one_line_error(*run(["infer", bad, "-m", "mv", "-o", "x"], capsys)[::2])
+    assert line == answers_line
+    assert line.startswith(f"privtd: error: Cannot parse {str(bad)!r} as csv: 'utf-8' codec")
+
+
+def test_private_files_stay_0600(tmp_path):
+    # A worker's state holds its token; enrolment codes admit workers: not for other users.
+    from privtd._files import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "state.json", "{}", private=True)
+        atomic_write_text(tmp_path / "out.csv", "a\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "out.csv").stat().st_mode) == 0o644
+
+
+def test_devices_are_written_into_not_replaced(binary, tmp_path, capsys):
+    # Renaming a temporary file over /dev/null would replace the device when run as root; a
+    # named pipe shows the same without touching /dev.
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[str] = []
+
+    def read() -> None:
+        with open(pipe) as handle:
+            got.append(handle.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    code, _, err = run(["infer", binary, "-m", "mv", "-o", pipe], capsys)
+    reader.join(timeout=5)  # a daemon: left blocked if the pipe was renamed over instead
+    assert code == 0, err
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert got and got[0].startswith("task,truth\n")
