@@ -184,7 +184,7 @@ def run(
     return table, costs, facts
 
 
-def figures(out: Any, costs: pd.DataFrame) -> list[Any]:
+def figures(out: Any, costs: pd.DataFrame, setting: str = "") -> list[Any]:
     """Time per EM iteration against the number of workers (1,000 tasks), one panel per
     backend: the workers' summed compute, the slowest worker, and the requester."""
     from .report import plot_panels
@@ -198,6 +198,6 @@ def figures(out: Any, costs: pd.DataFrame) -> list[Any]:
         ["seconds", "worker_seconds_max", "requester_seconds"],
         "seconds per iteration",
         "cost_vs_workers.png",
-        True,
+        f"P2: secure latent class EM, cost per iteration at 1,000 tasks ({setting})",
     )
     return [path] if path is not None else []

@@ -4,11 +4,9 @@ Every estimator follows one contract (``fit(answers, *, gold=None) -> self``, re
 attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them.
 """
 
-from __future__ import annotations
+from typing import Any as _Any
 
-from typing import Any
-
-from ..errors import ValidationError
+from ..errors import ValidationError as _ValidationError
 from ._base import Estimator
 from .aware_dawid_skene import AwareDawidSkene
 from .aware_gaussian import AwareGaussian
@@ -108,7 +106,7 @@ NO_AWARE_METHOD: dict[str, str] = {
 AWARE_METHODS = frozenset({"aware-one-coin", "aware-ds", "aware-gaussian", "aware-null"})
 
 
-def aware_method(mechanism: Any) -> str | None:
+def aware_method(mechanism: _Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
     method = AWARE_METHOD.get(getattr(mechanism, "name", ""))
     if method == "aware-one-coin" and getattr(mechanism, "n_labels", 0) == 2:
@@ -122,14 +120,14 @@ def aware_method(mechanism: Any) -> str | None:
 RELEASE_METHODS: dict[str, type[Estimator]] = {"aware-null": AwareNull}
 
 
-def make_estimator(method: str, **params: Any) -> Estimator:
+def make_estimator(method: str, **params: _Any) -> Estimator:
     """Build the estimator for a method name, passing ``params`` to its constructor."""
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:
-        raise ValidationError(
+        raise _ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
     try:
         return cls(**params)
     except TypeError as exc:
-        raise ValidationError(f"Bad parameter for method {method!r}: {exc}.") from None
+        raise _ValidationError(f"Bad parameter for method {method!r}: {exc}.") from None
