@@ -472,6 +472,8 @@ def figure_set(
         "n",
         ["one_layer", "mean", "median"],
         "error-change term",
-        "P0 Sec. 6.2: error-change term A = prod f_u, f_u ~ U(0, b) n = |U_imp| workers",
+        "P0 Sec. 6.2: error-change term A = prod f_u over n = |U_imp| workers, f_u ~ U(0, b); "
+        "one-layer: (b/2)^n",
+        logy=True,
     )
     return made

@@ -4,6 +4,7 @@ PNG figures."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +71,20 @@ def pyplot() -> Any:
 
 
 def set_x_scale(ax: Any, values: Any) -> None:
-    """Readable x ticks for ``values``: every value its own tick on a log scale when they span
-    decades (a symlog scale, linear below the smallest positive value, when 0 is among them,
-    so epsilon 0, 0.001 and 0.01 land apart), and whole-number ticks on an integer axis."""
+    """Readable x ticks for ``values``, each value its own tick when they span decades: a log
+    scale, or, when 0 is among them (epsilon 0), a cube-root scale, which keeps 0, 0.001 and
+    0.01 apart without crowding 0.1 to 1 as a log scale would; whole-number ticks on an
+    integer axis."""
     from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
     ticks = sorted({float(v) for v in values if v == v})
     positive = [t for t in ticks if t > 0]
     integer = all(float(t).is_integer() for t in ticks)
-    spread = len(positive) >= 3 and positive[-1] / positive[0] >= 50
+    spread = len(positive) >= 4 and positive[-1] / positive[0] >= 20
     if spread and min(ticks) >= 0:
         if ticks[0] == 0:
-            ax.set_xscale("symlog", linthresh=positive[0], linscale=0.5)
+            ax.set_xscale("function", functions=(np.cbrt, lambda v: np.power(v, 3)))
+            ax.set_xlabel(f"{ax.get_xlabel()} (cube-root scale)")
         else:
             ax.set_xscale("log")
         ax.xaxis.set_minor_locator(NullLocator())
@@ -98,27 +101,45 @@ def panels_figure(
     columns: list[str],
     ylabel: str,
     title: str = "",
+    logy: bool = False,
 ) -> Any:
     """One panel per distinct value of the ``panels`` columns, each with ``columns`` against
     ``x`` (with ``{col}_se`` error bars where present), as the papers lay out their figures,
-    under the suptitle ``title`` (dataset, mechanism, trials). Returns the matplotlib Figure;
-    an ImportError naming the ``plot`` extra without matplotlib."""
+    under the suptitle ``title`` (dataset, mechanism, trials); ``logy``: a log y axis. A series
+    that lies on an earlier one (within half a percent of the panel's range) is drawn with
+    open markers and says so in the legend. Returns the matplotlib Figure; an ImportError
+    naming the ``plot`` extra without matplotlib."""
     plt = pyplot()
     groups = list(table.groupby(panels, sort=False))
-    width = 4.2 if len(groups) > 1 else 5.6
-    fig, axes = plt.subplots(1, len(groups), figsize=(width * len(groups), 4.0), squeeze=False)
-    for ax, (key, part) in zip(axes[0], groups, strict=True):
+    # At most four panels a row, so that seven settings do not shrink to slivers.
+    ncols = min(4, len(groups))
+    nrows = -(-len(groups) // ncols)
+    width = 4.2 if ncols > 1 else 6.4
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width * ncols, 3.8 * nrows + 0.4), squeeze=False
+    )
+    for ax in axes.ravel()[len(groups) :]:
+        ax.set_visible(False)
+    for ax, (key, part) in zip(axes.ravel(), groups, strict=False):
         part = part.sort_values(x)
+        shown = [c for c in columns if c in part and not part[c].isna().all()]
+        span = np.nanmax(part[shown].to_numpy(dtype=float)) - np.nanmin(
+            part[shown].to_numpy(dtype=float)
+        )
         drawn: dict[str, Any] = {}
         for i, col in enumerate(columns):
             if col not in part or part[col].isna().all():
                 continue
             values = part[col].to_numpy(dtype=float)
             same = next(
-                (name for name, v in drawn.items() if np.allclose(v, values, equal_nan=True)),
+                (
+                    name
+                    for name, v in drawn.items()
+                    if np.nanmax(np.abs(v - values), initial=0.0) <= 0.005 * span
+                ),
                 None,
             )
-            label = col if same is None else f"{col} (same as {same})"
+            label = col if same is None else f"{col} (lies on {same})"
             drawn[col] = values
             se = part.get(f"{col}_se")
             ax.errorbar(
@@ -136,11 +157,15 @@ def panels_figure(
         ax.set_title(", ".join(f"{p}={k}" for p, k in zip(panels, keys, strict=True)), fontsize=9)
         ax.set_xlabel(x)
         set_x_scale(ax, part[x])
+        if logy:
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel(ylabel)
+    for row in axes:
+        row[0].set_ylabel(ylabel)
     if title:
-        fig.suptitle(title, fontsize=10)
+        # Wrapped to the figure's width (about 14 characters an inch at this size).
+        fig.suptitle(textwrap.fill(title, int(width * ncols * 14)), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -164,8 +189,9 @@ def plot_panels(
     ylabel: str,
     name: str,
     title: str = "",
+    logy: bool = False,
 ) -> Path | None:
     """:func:`panels_figure` written to ``out/name``; None without matplotlib or rows."""
     if not have_matplotlib() or table.empty:
         return None
-    return save(panels_figure(table, panels, x, columns, ylabel, title), out, name)
+    return save(panels_figure(table, panels, x, columns, ylabel, title, logy), out, name)
