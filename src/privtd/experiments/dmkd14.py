@@ -189,15 +189,22 @@ def figures(out: Any, costs: pd.DataFrame, setting: str = "") -> list[Any]:
     backend: the workers' summed compute, the slowest worker, and the requester."""
     from .report import plot_panels
 
-    part = costs[costs.tasks == 1000]
+    names = {
+        "seconds": "workers, summed",
+        "worker_seconds_max": "slowest worker",
+        "requester_seconds": "requester",
+    }
+    part = costs[costs.tasks == 1000].rename(columns=names)
     path = plot_panels(
         out,
         part,
         ["backend"],
         "workers",
-        ["seconds", "worker_seconds_max", "requester_seconds"],
+        list(names.values()),
         "seconds per iteration",
         "cost_vs_workers.png",
         f"P2: secure latent class EM, cost per iteration at 1,000 tasks ({setting})",
+        logy=True,
+        logx=True,
     )
     return [path] if path is not None else []

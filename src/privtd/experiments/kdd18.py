@@ -396,10 +396,11 @@ def figures(
     after perturbation, with the flip probability it drew; beside it AwareDawidSkene's observed
     accuracies) and P0 Sec. 6.2's error-change term against the number of workers. ``dataset``
     and ``setting`` (trials, seed) go into the titles. An empty list without matplotlib."""
-    from .report import have_matplotlib, save
+    from .report import have_matplotlib, save, use_agg
 
     if not have_matplotlib():
         return []
+    use_agg()
     return [
         save(figure, out, name)
         for name, figure in figure_set(table, fig2, dist, dataset, setting).items()

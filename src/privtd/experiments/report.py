@@ -57,30 +57,36 @@ def have_matplotlib() -> bool:
     return True
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend (files only, no window), or an ImportError that
-    names the extra to install."""
-    try:
-        import matplotlib
+def use_agg() -> None:
+    """Draw on the Agg backend: files only, never a window (the reproductions write PNGs; a
+    notebook calling :mod:`privtd.plot` keeps its own backend)."""
+    import matplotlib
 
-        matplotlib.use("Agg")
+    matplotlib.use("Agg")
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, or an ImportError that names the extra to install."""
+    try:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError(f"privtd's {PLOT_HINT}") from None
     return plt
 
 
-def set_x_scale(ax: Any, values: Any) -> None:
+def set_x_scale(ax: Any, values: Any, log: bool | None = None) -> None:
     """Readable x ticks for ``values``, each value its own tick when they span decades: a log
     scale, or, when 0 is among them (epsilon 0), a cube-root scale, which keeps 0, 0.001 and
     0.01 apart without crowding 0.1 to 1 as a log scale would; whole-number ticks on an
-    integer axis."""
+    integer axis. ``log``: force the log scale (True) or the linear one (False)."""
     from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
     ticks = sorted({float(v) for v in values if v == v})
     positive = [t for t in ticks if t > 0]
     integer = all(float(t).is_integer() for t in ticks)
     spread = len(positive) >= 4 and positive[-1] / positive[0] >= 20
+    if log is not None:
+        spread = log and len(positive) == len(ticks)
     if spread and min(ticks) >= 0:
         if ticks[0] == 0:
             ax.set_xscale("function", functions=(np.cbrt, lambda v: np.power(v, 3)))
@@ -102,10 +108,12 @@ def panels_figure(
     ylabel: str,
     title: str = "",
     logy: bool = False,
+    logx: bool | None = None,
 ) -> Any:
     """One panel per distinct value of the ``panels`` columns, each with ``columns`` against
     ``x`` (with ``{col}_se`` error bars where present), as the papers lay out their figures,
-    under the suptitle ``title`` (dataset, mechanism, trials); ``logy``: a log y axis. A series
+    under the suptitle ``title`` (dataset, mechanism, trials); ``logy``: a log y axis;
+    ``logx``: force a log x axis or a linear one (None: see :func:`set_x_scale`). A series
     that lies on an earlier one (within half a percent of the panel's range) is drawn with
     open markers and says so in the legend. Returns the matplotlib Figure; an ImportError
     naming the ``plot`` extra without matplotlib."""
@@ -123,9 +131,12 @@ def panels_figure(
     for ax, (key, part) in zip(axes.ravel(), groups, strict=False):
         part = part.sort_values(x)
         shown = [c for c in columns if c in part and not part[c].isna().all()]
-        span = np.nanmax(part[shown].to_numpy(dtype=float)) - np.nanmin(
-            part[shown].to_numpy(dtype=float)
-        )
+
+        def on_axis(v: Any) -> Any:  # where a value lands on the y axis, for "lies on"
+            v = np.asarray(v, dtype=float)
+            return np.log10(np.where(v > 0, v, np.nan)) if logy else v
+
+        span = np.nanmax(on_axis(part[shown])) - np.nanmin(on_axis(part[shown]))
         drawn: dict[str, Any] = {}
         for i, col in enumerate(columns):
             if col not in part or part[col].isna().all():
@@ -135,7 +146,7 @@ def panels_figure(
                 (
                     name
                     for name, v in drawn.items()
-                    if np.nanmax(np.abs(v - values), initial=0.0) <= 0.005 * span
+                    if np.nanmax(np.abs(on_axis(v) - on_axis(values)), initial=0.0) <= 0.005 * span
                 ),
                 None,
             )
@@ -156,7 +167,7 @@ def panels_figure(
         keys = key if isinstance(key, tuple) else (key,)
         ax.set_title(", ".join(f"{p}={k}" for p, k in zip(panels, keys, strict=True)), fontsize=9)
         ax.set_xlabel(x)
-        set_x_scale(ax, part[x])
+        set_x_scale(ax, part[x], logx)
         if logy:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
@@ -190,8 +201,10 @@ def plot_panels(
     name: str,
     title: str = "",
     logy: bool = False,
+    logx: bool | None = None,
 ) -> Path | None:
     """:func:`panels_figure` written to ``out/name``; None without matplotlib or rows."""
     if not have_matplotlib() or table.empty:
         return None
-    return save(panels_figure(table, panels, x, columns, ylabel, title, logy), out, name)
+    use_agg()
+    return save(panels_figure(table, panels, x, columns, ylabel, title, logy, logx), out, name)
