@@ -18,8 +18,8 @@ Examples
 >>> plot.confusions(fit, n=4).savefig("confusions.png")    # doctest: +SKIP
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: it would show up as ``privtd.plot.annotations``;
+# the names only type checkers import are quoted instead.
 import os as _os
 import typing as _typing
 
@@ -42,13 +42,13 @@ if _typing.TYPE_CHECKING:
 __all__ = ["worker_quality", "confusions", "accuracy_vs_epsilon"]
 
 
-def _fitted_name(estimator: Estimator) -> str:
+def _fitted_name(estimator: "Estimator") -> str:
     # Reading weights_ raises NotFittedError (with what to do) on an unfitted estimator.
     estimator.weights_  # noqa: B018
     return type(estimator).__name__
 
 
-def worker_quality(estimator: Estimator, *, top: int = 30, bins: int = 20) -> Figure:
+def worker_quality(estimator: "Estimator", *, top: int = 30, bins: int = 20) -> "Figure":
     """The workers' quality scores (``weights_["weight"]``) of a fitted estimator: a histogram
     over every worker (left) and the ``top`` busiest workers' scores, sorted, with their answer
     counts (right).
@@ -95,7 +95,7 @@ def worker_quality(estimator: Estimator, *, top: int = 30, bins: int = 20) -> Fi
     return fig
 
 
-def confusions(estimator: Estimator, *, n: int = 6, ncols: int = 3) -> Figure:
+def confusions(estimator: "Estimator", *, n: int = 6, ncols: int = 3) -> "Figure":
     """The confusion matrices of the ``n`` busiest workers of a fitted Dawid-Skene-family
     estimator (``confusions_``), rows the true label and columns the worker's answer, each cell
     the probability of that answer given that truth.
@@ -157,14 +157,14 @@ def confusions(estimator: Estimator, *, n: int = 6, ncols: int = 3) -> Figure:
 
 
 def accuracy_vs_epsilon(
-    table: pd.DataFrame | str | _os.PathLike[str],
+    table: "pd.DataFrame | str | _os.PathLike[str]",
     *,
     columns: list[str] | None = None,
     x: str = "epsilon",
     panels: list[str] | None = None,
     ylabel: str = "error-rate change",
     title: str = "",
-) -> Figure:
+) -> "Figure":
     """A results table against epsilon, one line per column (with ``{col}_se`` error bars
     where the table has them), one panel per value of the ``panels`` columns: the
     ``table.csv`` that ``privtd reproduce`` writes (docs/reproduction.md), or any table with an

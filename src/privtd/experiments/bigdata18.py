@@ -235,7 +235,7 @@ def figures(
     cols = list(COLUMNS)
     large = table.get("workers", pd.Series([0])).max() > 2000
     made = []
-    size = "10,000 x 1,000" if large else "2,000 x 200"
+    size = "10,000 workers x 1,000 tasks" if large else "2,000 workers x 200 tasks"
     for figure, panel, x, name, what in (
         ("vs_epsilon", "sparsity", "epsilon", "fig2_vs_epsilon.png", "P3 Fig 2"),
         (
@@ -248,7 +248,7 @@ def figures(
     ):
         part = table[table.figure == figure]
         if len(part):
-            title = f"{what}: synthetic sparse answers, {size} workers x tasks ({setting})"
+            title = f"{what}: synthetic sparse answers, {size} ({setting})"
             made.append(plot_panels(out, part, [panel], x, cols, "MAE change", name, title))
     if real_table is not None:
         made.append(
