@@ -437,7 +437,8 @@ def figure_set(
             "epsilon",
             list(methods.values()),
             "error-rate change",
-            f"P0 Table 3 on {dataset}: error-rate change under randomized response ({setting})",
+            f"P0 Table 3 on {dataset}: error-rate change under randomized response; the aware "
+            f"models against TD's clean error ({setting})",
         )
     }
 

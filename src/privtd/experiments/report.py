@@ -175,8 +175,8 @@ def panels_figure(
     for row in axes:
         row[0].set_ylabel(ylabel)
     if title:
-        # Wrapped to the figure's width (about 14 characters an inch at this size).
-        fig.suptitle(textwrap.fill(title, int(width * ncols * 14)), fontsize=10)
+        # Wrapped to the figure's width (about 12 characters an inch at this font size).
+        fig.suptitle(textwrap.fill(title, int(width * ncols * 12)), fontsize=10)
     fig.tight_layout()
     return fig
 
