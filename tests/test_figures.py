@@ -124,6 +124,8 @@ main(["reproduce", "kdd18", "--trials", "2", "--jobs", "1", "--out", {str(tmp_pa
     assert "privtd[plot]" not in done.stdout
     assert (tmp_path / "table.csv").exists()
     assert not list(tmp_path.glob("*.png"))
+    facts = json.loads((tmp_path / "run.json").read_text())
+    assert "privtd[plot]" in facts["figures"]
 
 
 def test_reproduce_help_says_figures_need_the_plot_extra():

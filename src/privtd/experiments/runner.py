@@ -37,6 +37,12 @@ class Outcome:
     checks: list[checks.Check] = field(default_factory=list)
 
 
+def _note_figures(facts: dict[str, Any]) -> None:
+    """Say in run.json when the PNGs were skipped, so a folder without them explains itself."""
+    if not report.have_matplotlib():
+        facts["figures"] = f"not drawn: {report.PLOT_HINT}"
+
+
 def steps(experiment: str, trials: int, large: bool = False) -> int:
     """Units of progress an experiment reports (trials, or datasets and settings)."""
     if experiment == "kdd18":
@@ -71,6 +77,7 @@ def run(
     if experiment == "dmkd14":
         table, costs, facts = dmkd14.run(seed=seed, progress=progress)
         facts["experiment"] = experiment
+        _note_figures(facts)
         written = report.write(out, table, facts, "dmkd14: secure against plain EM")
         written += report.write(out, costs, facts, "dmkd14: cost per EM iteration", "cost")
         written += dmkd14.figures(out, costs, f"seed {seed}")
@@ -103,6 +110,7 @@ def run(
     else:
         table, facts = ladp.run(trials=trials, seed=seed, progress=progress)
     facts["experiment"] = experiment
+    _note_figures(facts)
     subject = dataset if experiment == "kdd18" else "synthetic"
     if experiment == "kdd18" and label_order == "reversed":
         subject += ", labels reversed"
