@@ -111,7 +111,7 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
 @click.option(
     "--progress/--no-progress",
     default=None,
-    help="Show a progress bar over iterations (default: when stderr is a terminal).",
+    help="Show the iteration and the time elapsed on stderr (default: when stderr is a terminal).",
 )
 @click.option(
     "--engine",

@@ -159,7 +159,7 @@ class Estimator(ABC):
     #: Whether ``fit`` takes ``warm_start=`` (iterative models that can resume from a previous
     #: fit's per-task posteriors or truths and global state).
     warm_starts: ClassVar[bool] = False
-    #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress bar).
+    #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress line).
     progress: Callable[[int, int], None] | None = None
 
     # ---------------------------------------------------------------- public API
