@@ -9,11 +9,11 @@ Submodules and the names below load on first use (PEP 562), so ``import privtd``
 usual.
 """
 
-from __future__ import annotations
-
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+# No ``from __future__ import annotations`` and no bare helper imports here: each would show up
+# as a public name (``privtd.annotations``); the helpers below go by private aliases.
+import importlib as _importlib
+import importlib.util as _importlib_util
+import typing as _typing
 
 from .errors import (
     BudgetExceededError,
@@ -24,7 +24,7 @@ from .errors import (
     ValidationError,
 )
 
-if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
+if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
     from . import datasets, inference
     from .answers import Answers, as_answers
     from .evaluation import evaluate
@@ -61,12 +61,12 @@ _LAZY: dict[str, str | None] = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
-        module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
+        module = _importlib.import_module(f".{_LAZY[name] or name}", __name__)
         value = module if _LAZY[name] is None else getattr(module, name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f".{name}", __name__)  # privtd.mechanisms and the like
+    elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
+        value = _importlib.import_module(f".{name}", __name__)  # privtd.mechanisms and the like
     else:
         raise AttributeError(f"module 'privtd' has no attribute {name!r}")
     globals()[name] = value  # later lookups skip __getattr__

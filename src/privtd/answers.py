@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._csv import read_csv
+from ._repr import short_list
 from .errors import NotNumericError, SchemaError, ValidationError
 
 if TYPE_CHECKING:
@@ -140,14 +141,39 @@ class Answers:
 
     def __repr__(self) -> str:
         domain = (
-            f"labels={list(self.labels)!r}"
+            f"labels={short_list(self.labels)}"
             if self.labels is not None
             else f"numeric, range={self.value_range}"
         )
         return (
-            f"Answers({self.n_answers} answers, {self.n_tasks} tasks, "
-            f"{self.n_workers} workers, {domain})"
+            f"Answers({self.n_answers:,} answers, {self.n_tasks:,} tasks, "
+            f"{self.n_workers:,} workers, {domain})"
         )
+
+    def _repr_html_(self) -> str:
+        """A short summary in a notebook: size, answer domain, answers per task and worker,
+        and what the input policies did."""
+        from html import escape
+
+        from ._repr import html_table
+
+        per_task, per_worker = self.task_counts(), self.worker_counts()
+        rows = [
+            ("answers", f"{self.n_answers:,}"),
+            ("tasks", f"{self.n_tasks:,}"),
+            ("workers", f"{self.n_workers:,}"),
+            (
+                "labels" if self.labels is not None else "numeric range",
+                short_list(self.labels) if self.labels is not None else str(self.value_range),
+            ),
+        ]
+        if self.n_answers:
+            rows += [
+                ("answers per task", f"{per_task.mean():.1f} (max {per_task.max():,})"),
+                ("answers per worker", f"{per_worker.mean():.1f} (max {per_worker.max():,})"),
+            ]
+        rows += [("note", note) for note in self.notes]
+        return html_table("Answers", [(k, escape(v)) for k, v in rows])
 
     # ------------------------------------------------------------------ out
     def answer_values(self) -> np.ndarray | pd.Index:

@@ -10,12 +10,14 @@ from .errors import ValidationError
 __all__ = ["evaluate"]
 
 
-def evaluate(truths: pd.Series, reference: pd.Series, *, kind: str = "auto") -> dict[str, float]:
+def evaluate(
+    truths: pd.Series, reference: pd.Series, *, kind: str = "auto"
+) -> dict[str, float | int]:
     """Compare inferred ``truths`` with ``reference`` truths on the tasks they share.
 
     Categorical: ``accuracy`` and ``error_rate``. Numeric: ``mae`` and ``rmse``. Both report
     ``n_evaluated`` (tasks with a reference truth and an inferred one) and ``n_missing``
-    (reference tasks that got no inferred truth).
+    (reference tasks that got no inferred truth), as ints: a count stays a count in JSON.
     """
     if reference.index.has_duplicates:
         raise ValidationError(
@@ -33,9 +35,9 @@ def evaluate(truths: pd.Series, reference: pd.Series, *, kind: str = "auto") -> 
         both_numeric = all(pd.api.types.is_numeric_dtype(s.dtype) for s in (ref, inferred))
         any_float = any(pd.api.types.is_float_dtype(s.dtype) for s in (ref, inferred))
         kind = "numeric" if both_numeric and any_float else "categorical"
-    out: dict[str, float] = {
-        "n_evaluated": float(len(common)),
-        "n_missing": float(len(reference) - len(common)),
+    out: dict[str, float | int] = {
+        "n_evaluated": len(common),
+        "n_missing": len(reference) - len(common),
     }
     if kind == "numeric":
         err = inferred.to_numpy(dtype=float) - ref.to_numpy(dtype=float)

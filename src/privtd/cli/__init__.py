@@ -5,8 +5,6 @@ Every error is one line on stderr and a non-zero exit, never a traceback; output
 written to a temporary name and renamed, so an interrupted run leaves nothing half-written.
 """
 
-from __future__ import annotations
-
 from ._common import _fail as _fail
 from ._common import _note_pooled_interval as _note_pooled_interval
 from ._common import cli, main

@@ -106,24 +106,34 @@ def _mechanism_params(mechanism: str, params: dict[str, Any], n_tasks: int) -> d
 
 @contextmanager
 def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar over EM iterations, shown on a terminal (or when forced)."""
+    """EM's progress on stderr, shown on a terminal (or when forced): the iteration and the
+    time elapsed. No bar and no ETA: most fits stop at their tolerance long before
+    ``max_iter``, so a bar up to it would promise a wait that never comes."""
     if not enabled:
         yield None
         return
-    state: dict[str, Any] = {}
+    import time
+
+    state: dict[str, Any] = {"start": time.perf_counter(), "shown": 0.0, "n": 0}
+
+    def line(n_iter: int, max_iter: int | None) -> str:
+        elapsed = time.perf_counter() - state["start"]
+        if max_iter is None:  # the last line, padded over the longer running one
+            return f"\r{label}: {n_iter} iterations in {elapsed:.1f} s".ljust(60)
+        return f"\r{label}: iteration {n_iter} (at most {max_iter}), {elapsed:.1f} s elapsed"
 
     def tick(n_iter: int, max_iter: int) -> None:
-        if "bar" not in state:
-            state["bar"] = click.progressbar(length=max_iter, label=label, file=sys.stderr)
-            state["bar"].__enter__()
-        state["bar"].update(n_iter - state.get("done", 0))
-        state["done"] = n_iter
+        state["n"] = n_iter
+        now = time.perf_counter()
+        if now - state["shown"] >= 0.1:  # a few redraws a second, not one per iteration
+            state["shown"] = now
+            click.echo(line(n_iter, max_iter), nl=False, err=True)
 
     try:
         yield tick
     finally:
-        if "bar" in state:
-            state["bar"].__exit__(None, None, None)
+        if state["n"]:
+            click.echo(line(state["n"], None), err=True)
 
 
 def _read_truth_csv(path: str) -> pd.Series:

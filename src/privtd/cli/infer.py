@@ -131,7 +131,7 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
 @click.option(
     "--progress/--no-progress",
     default=None,
-    help="Show a progress bar over iterations (default: when stderr is a terminal).",
+    help="Show the iteration and the time elapsed on stderr (default: when stderr is a terminal).",
 )
 @click.option(
     "--engine",
@@ -550,6 +550,29 @@ def datasets_export(name: str, output: str) -> None:
 DEMO_METHODS = ("mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc")
 
 
+def _one_class_note(fits: list[tuple[str, Any]]) -> str:
+    """A note when a fit gives (nearly) every task one label, so its accuracy is that class's
+    share of the truths. The one-coin model does so on Duchenne, as crowd-kit's does: its
+    workers are right little more than half the time, and EM's free class prior then runs to
+    the fixed point where the prior alone explains the answers."""
+    counts = {name: est.truths_.value_counts() for name, est in fits}
+    which = [name for name, c in counts.items() if c.iloc[0] >= 0.99 * c.sum()]
+    if not which:
+        return ""
+    est, count = dict(fits)[which[0]], counts[which[0]]
+    label = count.index[0]
+    prior = getattr(est, "priors_", None)
+    why = (
+        f", class prior {float(prior[label]):.3f}"
+        if prior is not None and label in prior.index
+        else ""
+    )
+    return (
+        f"labels {count.iloc[0]:,} of {count.sum():,} tasks '{label}' ({' and '.join(which)}"
+        f"{why}): the accuracy is that class's share of the truths"
+    )
+
+
 @click.command()
 @click.option(
     "--dataset", default="duchenne", show_default=True, help="A bundled categorical dataset."
@@ -614,6 +637,9 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
         click.echo(
             f"{method:<14} {clean:>8.4f} {private:>8.4f} {private - clean:>+8.4f} {elapsed:>8.3f}"
         )
+        note = _one_class_note([("clean", on_clean), ("private", on_private)])
+        if note:
+            click.echo(f"  {method}: {note}")
     if aware is not None:
         click.echo(
             f"  {aware}: the perturbation-aware default (privtd infer -M two-layer); one release,"

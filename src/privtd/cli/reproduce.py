@@ -51,7 +51,8 @@ import click
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
-    help="Folder for table.csv, table.md, run.json, checks.md and figures ('all': one each).",
+    help="Folder for table.csv, table.md, run.json, checks.md and PNG figures ('all': one "
+    "each). Figures need matplotlib: pip install 'privtd[plot]'.",
 )
 def reproduce(
     experiment: str,
@@ -66,10 +67,14 @@ def reproduce(
     out_dir: str,
 ) -> None:
     """Run one of the papers' experiments (or all, with the fidelity report) and write its
-    tables, figures, checks and run record."""
+    tables, figures, checks and run record (docs/reproduction.md). The PNG figures need the plot
+    extra (pip install 'privtd[plot]'); without it the tables are written and a note says so."""
     from ..experiments import report, runner
 
     out = Path(out_dir)
+    if not report.have_matplotlib():
+        # Said once, before the run: the tables still come, the PNGs the help promises do not.
+        click.echo(f"privtd: note: no PNG figures: {report.PLOT_HINT}", err=True)
     if experiment == "all":
         outcomes, path = runner.run_all(
             out,

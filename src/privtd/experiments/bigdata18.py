@@ -224,29 +224,43 @@ def real(
     return pd.DataFrame(rows)
 
 
-def figures(out: Any, table: pd.DataFrame, real_table: pd.DataFrame | None) -> list[Any]:
+def figures(
+    out: Any, table: pd.DataFrame, real_table: pd.DataFrame | None, setting: str = ""
+) -> list[Any]:
     """P3's Figs 2-3 (MAE change against epsilon, and against sparsity; Fig 4 is the second at
     10,000 x 1,000) and the real-data figure, as PNGs in ``out`` (needs the ``plot`` extra; an
-    empty list without it)."""
+    empty list without it). ``setting`` (trials, seed) ends each figure's title."""
     from .report import plot_panels
 
     cols = list(COLUMNS)
     large = table.get("workers", pd.Series([0])).max() > 2000
     made = []
-    for figure, panel, x, name in (
-        ("vs_epsilon", "sparsity", "epsilon", "fig2_vs_epsilon.png"),
+    size = "10,000 workers x 1,000 tasks" if large else "2,000 workers x 200 tasks"
+    for figure, panel, x, name, what in (
+        ("vs_epsilon", "sparsity", "epsilon", "fig2_vs_epsilon.png", "P3 Fig 2"),
         (
             "vs_sparsity",
             "epsilon",
             "sparsity",
             "fig4_vs_sparsity.png" if large else "fig3_vs_sparsity.png",
+            "P3 Fig 4" if large else "P3 Fig 3",
         ),
     ):
         part = table[table.figure == figure]
         if len(part):
-            made.append(plot_panels(out, part, [panel], x, cols, "MAE change", name))
+            title = f"{what}: synthetic sparse answers, {size} ({setting})"
+            made.append(plot_panels(out, part, [panel], x, cols, "MAE change", name, title))
     if real_table is not None:
         made.append(
-            plot_panels(out, real_table, ["dataset"], "epsilon", cols, "MAE change", "real.png")
+            plot_panels(
+                out,
+                real_table,
+                ["dataset"],
+                "epsilon",
+                cols,
+                "MAE change",
+                "real.png",
+                f"P3's mechanisms on real sparse answers ({setting})",
+            )
         )
     return [p for p in made if p is not None]

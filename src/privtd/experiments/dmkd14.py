@@ -184,20 +184,27 @@ def run(
     return table, costs, facts
 
 
-def figures(out: Any, costs: pd.DataFrame) -> list[Any]:
+def figures(out: Any, costs: pd.DataFrame, setting: str = "") -> list[Any]:
     """Time per EM iteration against the number of workers (1,000 tasks), one panel per
     backend: the workers' summed compute, the slowest worker, and the requester."""
     from .report import plot_panels
 
-    part = costs[costs.tasks == 1000]
+    names = {
+        "seconds": "workers, summed",
+        "worker_seconds_max": "slowest worker",
+        "requester_seconds": "requester",
+    }
+    part = costs[costs.tasks == 1000].rename(columns=names)
     path = plot_panels(
         out,
         part,
         ["backend"],
         "workers",
-        ["seconds", "worker_seconds_max", "requester_seconds"],
+        list(names.values()),
         "seconds per iteration",
         "cost_vs_workers.png",
-        True,
+        f"P2: secure latent class EM, cost per iteration at 1,000 tasks ({setting})",
+        logy=True,
+        logx=True,
     )
     return [path] if path is not None else []

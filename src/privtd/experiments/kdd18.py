@@ -269,6 +269,25 @@ def run(
     return pd.DataFrame(rows), facts
 
 
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as printed by ``privtd reproduce kdd18``: one row per mechanism and epsilon,
+    each method's mean error-rate change, the aware models on TD's footing (their error less
+    TD's clean error, as in the figure). ``table.md`` keeps every column and standard error;
+    this one stays within 100 columns."""
+    methods = ("mv", "td", "crh", "aware_vs_td", "aware_ds_vs_td")
+    parts = [
+        pd.DataFrame(
+            {
+                "mechanism": mech.replace("_", "-"),
+                "epsilon": table["epsilon"],
+                **{name: table[f"{mech}_{name}"] for name in methods},
+            }
+        )
+        for mech in MECHANISMS
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
 def compare_with_paper(table: pd.DataFrame) -> pd.DataFrame:
     """Our Duchenne figures beside P0's Table 3, with the difference per cell."""
     cols = ("one_layer_mv", "one_layer_td", "two_layer_mv", "two_layer_td")
@@ -364,20 +383,42 @@ def product_density(a: np.ndarray, b: float, n: int) -> np.ndarray:
     return out
 
 
-def figures(out: Any, table: pd.DataFrame, fig2: pd.DataFrame, dist: pd.DataFrame) -> list[Any]:
+def figures(
+    out: Any,
+    table: pd.DataFrame,
+    fig2: pd.DataFrame,
+    dist: pd.DataFrame,
+    dataset: str = "duchenne",
+    setting: str = "",
+) -> list[Any]:
     """Table 3 as one panel per mechanism (the aware models on TD's footing: their error on
     perturbed answers less TD's clean error), P0's Figure 2 as bars (each worker's weight before and
     after perturbation, with the flip probability it drew; beside it AwareDawidSkene's observed
-    accuracies) and P0 Sec. 6.2's error-change term against the number of workers."""
-    try:
-        import matplotlib
+    accuracies) and P0 Sec. 6.2's error-change term against the number of workers. ``dataset``
+    and ``setting`` (trials, seed) go into the titles. An empty list without matplotlib."""
+    from .report import have_matplotlib, save, use_agg
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    if not have_matplotlib():
         return []
-    from .report import plot_panels
+    use_agg()
+    return [
+        save(figure, out, name)
+        for name, figure in figure_set(table, fig2, dist, dataset, setting).items()
+    ]
 
+
+def figure_set(
+    table: pd.DataFrame,
+    fig2: pd.DataFrame,
+    dist: pd.DataFrame,
+    dataset: str = "duchenne",
+    setting: str = "",
+) -> dict[str, Any]:
+    """The figures of :func:`figures` as matplotlib Figures, by file name (needs the ``plot``
+    extra)."""
+    from .report import panels_figure, pyplot
+
+    plt = pyplot()
     # On TD's footing an aware model's change compares with TD's on the release alone; on its
     # own it would also carry the gap between the two clean errors (docs/reproduction.md).
     methods = {"mv": "mv", "td": "td", "crh": "crh"}
@@ -389,48 +430,52 @@ def figures(out: Any, table: pd.DataFrame, fig2: pd.DataFrame, dist: pd.DataFram
             panel[name] = table[f"{prefix}_{col}"]
             panel[f"{name}_se"] = table[f"{prefix}_{col}_se"]
         panels.append(panel)
-    made = [
-        plot_panels(
-            out,
+    made = {
+        "table.png": panels_figure(
             pd.concat(panels),
             ["mechanism"],
             "epsilon",
             list(methods.values()),
             "error-rate change",
-            "table.png",
+            f"P0 Table 3 on {dataset}: error-rate change under randomized response; the aware "
+            f"models against TD's clean error ({setting})",
         )
-    ]
+    }
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
     x = np.arange(len(fig2))
     names = [f"{w[:6]}\nf_u={f:.2f}" for w, f in zip(fig2.worker, fig2.f_u, strict=True)]
     axes[0].bar(x - 0.2, fig2.weight_before, 0.4, label="before")
     axes[0].bar(x + 0.2, fig2.weight_after, 0.4, label="after (two-layer)")
     axes[0].set_ylabel("truth-discovery weight")
+    axes[0].set_title("weighted vote (TD)", fontsize=9)
     axes[0].axhline(0, color="grey", lw=0.8)
     axes[1].bar(x - 0.27, fig2.aware_before, 0.27, label="before")
     axes[1].bar(x, fig2.aware_after, 0.27, label="after, told the mechanism")
     axes[1].bar(x + 0.27, fig2.aware_expected, 0.27, label="before composed with f_u")
-    axes[1].set_ylabel("aware-ds observed accuracy")
+    axes[1].set_ylabel("observed accuracy")
+    axes[1].set_title("AwareDawidSkene", fontsize=9)
     axes[1].axhline(0.5, color="grey", lw=0.8)
     axes[1].set_ylim(0.3, 1.0)
     for ax in axes:
         ax.set_xticks(x, names)
+        ax.set_xlabel("worker (the busiest), with the flip probability f_u it drew")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "figure2.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    made.append(path)
-    made.append(
-        plot_panels(
-            out,
-            dist,
-            ["b"],
-            "n",
-            ["one_layer", "mean", "median"],
-            "error-change term",
-            "error_change.png",
-        )
+    fig.suptitle(
+        f"P0 Figure 2 on {dataset}: weights before and after two-layer perturbation, "
+        f"epsilon 0.5 (one release, seed in run.json)",
+        fontsize=10,
     )
-    return [path for path in made if path is not None]
+    fig.tight_layout()
+    made["figure2.png"] = fig
+    made["error_change.png"] = panels_figure(
+        dist,
+        ["b"],
+        "n",
+        ["one_layer", "mean", "median"],
+        "error-change term",
+        "P0 Sec. 6.2: error-change term A = prod f_u over n = |U_imp| workers, f_u ~ U(0, b); "
+        "one-layer: (b/2)^n",
+        logy=True,
+    )
+    return made

@@ -176,9 +176,10 @@ def real(
     return pd.DataFrame(rows)
 
 
-def figures(out: Any, table: pd.DataFrame) -> list[Any]:
+def figures(out: Any, table: pd.DataFrame, setting: str = "") -> list[Any]:
     """Error of private MV, private DS and the aware models against epsilon, and private DS's
-    ability error against Theorem 3's bound, one panel per (setting, n)."""
+    ability error against Theorem 3's bound, one panel per (setting, n); ``setting`` (trials,
+    seed) ends each figure's title."""
     from .report import plot_panels
 
     made = [
@@ -190,6 +191,7 @@ def figures(out: Any, table: pd.DataFrame) -> list[Any]:
             ["private_mv", "private_ds", "aware", "aware_ds"],
             "error rate",
             "error_vs_epsilon.png",
+            f"P4: binary randomized response, synthetic users x tasks ({setting})",
         ),
         plot_panels(
             out,
@@ -199,6 +201,7 @@ def figures(out: Any, table: pd.DataFrame) -> list[Any]:
             ["ability_error", "theorem3_bound"],
             "ability error",
             "ability_vs_bound.png",
+            f"P4 Theorem 3: private Dawid-Skene's ability error ({setting})",
         ),
     ]
     return [p for p in made if p is not None]

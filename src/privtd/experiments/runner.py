@@ -37,6 +37,12 @@ class Outcome:
     checks: list[checks.Check] = field(default_factory=list)
 
 
+def _note_figures(facts: dict[str, Any]) -> None:
+    """Say in run.json when the PNGs were skipped, so a folder without them explains itself."""
+    if not report.have_matplotlib():
+        facts["figures"] = f"not drawn: {report.PLOT_HINT}"
+
+
 def steps(experiment: str, trials: int, large: bool = False) -> int:
     """Units of progress an experiment reports (trials, or datasets and settings)."""
     if experiment == "kdd18":
@@ -71,9 +77,10 @@ def run(
     if experiment == "dmkd14":
         table, costs, facts = dmkd14.run(seed=seed, progress=progress)
         facts["experiment"] = experiment
+        _note_figures(facts)
         written = report.write(out, table, facts, "dmkd14: secure against plain EM")
         written += report.write(out, costs, facts, "dmkd14: cost per EM iteration", "cost")
-        written += dmkd14.figures(out, costs)
+        written += dmkd14.figures(out, costs, f"seed {seed}")
         shown = table.drop(columns=["backend", "answers"])
         verdicts = checks.dmkd14(table)
         atomic_write_text(out / "checks.md", "# dmkd14: checks\n\n" + checks.markdown(verdicts))
@@ -103,16 +110,17 @@ def run(
     else:
         table, facts = ladp.run(trials=trials, seed=seed, progress=progress)
     facts["experiment"] = experiment
+    _note_figures(facts)
     subject = dataset if experiment == "kdd18" else "synthetic"
     if experiment == "kdd18" and label_order == "reversed":
         subject += ", labels reversed"
     written = report.write(out, table, facts, f"{experiment}: {subject}")
+    setting = f"{trials} trials, seed {seed}"
     found: list[checks.Check] = []
     if experiment == "kdd18":
         vs_paper = kdd18.compare_with_paper(table) if dataset == "duchenne" else None
         if vs_paper is not None:
             written += report.write(out, vs_paper, facts, "Ours against P0 Table 3", "vs_paper")
-        cols = [c for c in table.columns if c != "epsilon" and not c.endswith("_se")]
         fig2 = kdd18.weights_before_after(dataset, epsilon=0.5, seed=seed)
         title = "P0 Figure 2: weights before and after two-layer perturbation (epsilon 0.5)"
         written += report.write(out, fig2, facts, title, "figure2")
@@ -120,8 +128,8 @@ def run(
         written += report.write(
             out, dist, facts, "P0 Sec. 6.2: error-change term prod f_u", "error_change"
         )
-        written += kdd18.figures(out, table, fig2, dist)
-        shown = table[["epsilon", *cols]]
+        written += kdd18.figures(out, table, fig2, dist, dataset=subject, setting=setting)
+        shown = kdd18.summary(table)
         found = checks.kdd18(table, vs_paper)
     elif experiment == "bigdata18":
         real = (
@@ -131,13 +139,13 @@ def run(
         )
         if real is not None:
             written += report.write(out, real, facts, "bigdata18: Web and AdultContent", "real")
-        written += bigdata18.figures(out, table, real)
+        written += bigdata18.figures(out, table, real, setting)
         shown = table.drop(columns=[c for c in table.columns if c.endswith("_se")])
         found = checks.bigdata18(table, real)
     elif experiment == "icdcs20":
         real = icdcs20.real(trials=max(2, trials // 5), seed=seed)
         written += report.write(out, real, facts, "icdcs20: emotion (numeric)", "real")
-        written += icdcs20.figures(out, table)
+        written += icdcs20.figures(out, table, setting)
         shown = table[
             [
                 "figure",
@@ -154,7 +162,7 @@ def run(
     else:
         real = ladp.real(trials=max(2, trials // 5), seed=seed)
         written += report.write(out, real, facts, "ladp: binary real datasets", "real")
-        written += ladp.figures(out, table)
+        written += ladp.figures(out, table, setting)
         shown = table.drop(columns=[c for c in table.columns if c.endswith("_se")])
         found = checks.ladp(table, ladp.THEOREM4_EPSILON)
     if found:

@@ -4,12 +4,10 @@ Every estimator follows one contract (``fit(answers, *, gold=None) -> self``, re
 attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them.
 """
 
-from __future__ import annotations
+import inspect as _inspect
+from typing import Any as _Any
 
-import inspect
-from typing import Any
-
-from ..errors import ValidationError
+from ..errors import ValidationError as _ValidationError
 from ._base import Estimator
 from .aware_dawid_skene import AwareDawidSkene
 from .aware_gaussian import AwareGaussian
@@ -74,6 +72,7 @@ __all__ = [
     "NO_AWARE_METHOD",
     "aware_method",
     "make_estimator",
+    "estimator_params",
     "fit_distributed",
     "DISTRIBUTED_METHODS",
 ]
@@ -150,7 +149,7 @@ AWARE_METHODS = frozenset(
 )
 
 
-def aware_method(mechanism: Any) -> str | None:
+def aware_method(mechanism: _Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
     method = AWARE_METHOD.get(getattr(mechanism, "name", ""))
     if method == "aware-one-coin" and getattr(mechanism, "n_labels", 0) == 2:
@@ -164,19 +163,19 @@ def aware_method(mechanism: Any) -> str | None:
 RELEASE_METHODS: dict[str, type[Estimator]] = {"aware-null": AwareNull}
 
 
-def make_estimator(method: str, **params: Any) -> Estimator:
+def make_estimator(method: str, **params: _Any) -> Estimator:
     """Build the estimator for a method name, passing ``params`` to its constructor."""
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:
-        raise ValidationError(
+        raise _ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
     # Name what is wrong in privtd's terms, not through Python's TypeError about __init__.
     accepted = estimator_params(method)
-    takes_mechanism = "mechanism" in inspect.signature(cls).parameters
+    takes_mechanism = "mechanism" in _inspect.signature(cls).parameters
     unknown = [k for k in params if k not in accepted and (k != "mechanism" or not takes_mechanism)]
     if unknown:
-        raise ValidationError(
+        raise _ValidationError(
             f"unknown parameter {unknown[0]!r} for method {method}; it takes: "
             f"{', '.join(accepted) or 'none'} (CLI: -P/--method-param KEY=VALUE)."
         )
@@ -185,7 +184,7 @@ def make_estimator(method: str, **params: Any) -> Estimator:
     except TypeError:
         needed = [
             p.name
-            for p in inspect.signature(cls).parameters.values()
+            for p in _inspect.signature(cls).parameters.values()
             if p.default is p.empty and p.name not in params and p.kind is not p.VAR_KEYWORD
         ]
         what = (
@@ -193,14 +192,14 @@ def make_estimator(method: str, **params: Any) -> Estimator:
             if needed
             else f"cannot take the values given for {', '.join(sorted(params))}"
         )
-        raise ValidationError(f"Method {method!r} {what}; check their types.") from None
+        raise _ValidationError(f"Method {method!r} {what}; check their types.") from None
 
 
 def estimator_params(method: str) -> list[str]:
     """The parameters a method's estimator takes (its mechanism aside), in signature order."""
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:
-        raise ValidationError(
+        raise _ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
     names: list[str] = []
@@ -209,7 +208,7 @@ def estimator_params(method: str) -> list[str]:
     for klass in cls.__mro__:
         if klass is object or "__init__" not in vars(klass):
             continue
-        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        params = _inspect.signature(vars(klass)["__init__"]).parameters.values()
         names += [
             p.name
             for p in params

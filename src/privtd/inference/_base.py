@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from .._repr import short_list
 from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, NotFittedError, ValidationError
 from . import _kernels
@@ -163,7 +164,7 @@ class Estimator(ABC):
     #: Whether ``fit`` takes ``warm_start=`` (iterative models that can resume from a previous
     #: fit's per-task posteriors or truths and global state).
     warm_starts: ClassVar[bool] = False
-    #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress bar).
+    #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress line).
     progress: Callable[[int, int], None] | None = None
 
     # ---------------------------------------------------------------- public API
@@ -244,7 +245,39 @@ class Estimator(ABC):
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
+        head = f"{type(self).__name__}({args})"
+        summary = self._summary()
+        if summary is None:
+            return head
+        return f"{head} fitted: " + ", ".join(f"{k}={v}" for k, v in summary.items())
+
+    def _summary(self) -> dict[str, Any] | None:
+        """What a fit found, for the reprs: None before fit."""
+        if "truths_" not in vars(self):
+            return None
+        answers = self._answers
+        out: dict[str, Any] = {
+            "tasks": f"{answers.n_tasks:,}",
+            "workers": f"{answers.n_workers:,}",
+            "answers": f"{answers.n_answers:,}",
+        }
+        if answers.labels is not None:
+            out["labels"] = short_list(answers.labels)
+        if self.iterative:
+            out["iterations"] = self.n_iter_
+            out["converged"] = "yes" if self.converged_ else "no, stopped at max_iter"
+        return out
+
+    def _repr_html_(self) -> str:
+        """A short summary in a notebook: the method, its parameters and what the fit found."""
+        from html import escape
+
+        from .._repr import html_table
+
+        rows = [("parameters", ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()))]
+        summary = self._summary()
+        rows += [("fitted", "no: call fit(answers)")] if summary is None else summary.items()
+        return html_table(type(self).__name__, [(k, escape(str(v))) for k, v in rows])
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: crowd-kit's name for a fitted attribute (an

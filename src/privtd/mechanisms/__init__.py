@@ -6,13 +6,11 @@ Each mechanism is a small immutable object built from its natural parameter, wit
 simulation; with the same integer seed both give the same output.
 """
 
-from __future__ import annotations
+import inspect as _inspect
+from collections.abc import Callable as _Callable
+from typing import Any as _Any
 
-import inspect
-from collections.abc import Callable
-from typing import Any
-
-from ..errors import ValidationError
+from ..errors import ValidationError as _ValidationError
 from ._base import Budget, Guarantee, Mechanism
 from .accounting import worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
@@ -53,27 +51,27 @@ MECHANISMS: dict[str, type[Mechanism]] = {
 }
 
 
-def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Mechanism:
+def make_mechanism(name: str, epsilon: float | None = None, **params: _Any) -> Mechanism:
     """Build a mechanism by name, from ``epsilon`` (calibrated) or from its natural parameters."""
     try:
         cls = MECHANISMS[name]
     except KeyError:
-        raise ValidationError(
+        raise _ValidationError(
             f"Unknown mechanism {name!r}. Choose one of {', '.join(MECHANISMS)}."
         ) from None
-    build: Callable[..., Mechanism] = cls if epsilon is None else cls.from_epsilon
+    build: _Callable[..., Mechanism] = cls if epsilon is None else cls.from_epsilon
     given = () if epsilon is None else (epsilon,)
     try:
         return build(*given, **params)
     except TypeError as exc:
         if "'low'" in str(exc) or "'high'" in str(exc):
-            raise ValidationError(
+            raise _ValidationError(
                 f"The {name} mechanism needs the declared answer range, which its guarantee "
                 "rests on: pass low=... and high=... "
                 "(CLI: --mechanism-param low=0 --mechanism-param high=4)."
             ) from None
         # Say which parameters the constructor takes, not Python's account of the call.
-        sig = inspect.signature(build).parameters.values()
+        sig = _inspect.signature(build).parameters.values()
         named = [p for p in sig if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
         required = [p.name for p in named if p.default is p.empty and p.name != "epsilon"]
         accepted = ", ".join(p.name for p in named if p.name != "epsilon") or "none"
@@ -84,7 +82,7 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: Any) -> Me
             what = f"needs {', '.join(missing)}" + (" or an epsilon" if epsilon is None else "")
         else:
             what = str(exc)
-        raise ValidationError(
+        raise _ValidationError(
             f"Bad parameter for mechanism {name!r}: it {what} (its parameters: {accepted}; "
             "CLI: --epsilon E, --mechanism-param KEY=VALUE)."
         ) from None

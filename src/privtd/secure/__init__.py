@@ -7,8 +7,6 @@ sums, by pairwise masks (:mod:`~privtd.secure.masking`, default) or Paillier enc
 Needs ``pip install 'privtd[secure]'``.
 """
 
-from __future__ import annotations
-
 from .campaign import Campaign
 from .history import WorkerHistory
 from .models import MODELS, ModelSpec

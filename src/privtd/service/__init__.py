@@ -6,8 +6,6 @@ Workers' devices perturb their answers with the campaign's public mechanism
 the campaign's estimator over them. Schema: :mod:`.schema`, migrations: ``migrations/``.
 """
 
-from __future__ import annotations
-
 from . import db, requesters
 from .app import create_app
 

@@ -7,8 +7,6 @@ keeps the answers on the workers as shards, every answer of a task in one shard;
 docs/scale.md.
 """
 
-from __future__ import annotations
-
 from ._cluster import connect
 from ._fit import DISTRIBUTED_METHODS, fit_distributed
 from ._ingest import DistributedAnswers, ingest, resolve_files
