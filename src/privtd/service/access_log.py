@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The logger ``privtd serve`` writes to (``--access-log``); silent unless given a handler.
-LOGGER = logging.getLogger("privtd.service.access")
+LOGGER = logging.getLogger(__name__)
 REDACTED = "[redacted]"
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
