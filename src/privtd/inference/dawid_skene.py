@@ -56,6 +56,8 @@ class DawidSkene(Estimator):
         Pseudo-count added to every confusion cell before normalising (Laplace smoothing).
         Entries are clipped below at 1e-10 either way, so an unseen class gets a uniform column.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``probas_``, ``priors_`` (Series), ``confusions_`` (array of shape
     ``(n_workers, K, K)`` indexed ``[worker, answer, truth]`` in ``answers.labels`` order),
     ``weights_`` (``weight`` = the prior-weighted accuracy ``sum_l p_l pi_u[l, l]``).
