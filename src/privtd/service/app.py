@@ -8,9 +8,7 @@ are kept as SHA-256 hashes. Every error is a 4xx with ``{"detail": "one line"}``
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
 import uuid
@@ -485,7 +483,8 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 .where(t_campaigns.c.requester_id == requester_id)
                 .order_by(t_campaigns.c.created_at, t_campaigns.c.id)
             ).all()
-            ids = [r.id for r in rows]
+            # The requester's campaign ids as a subquery: no list of ids sent back to the database.
+            ids = sa.select(t_campaigns.c.id).where(t_campaigns.c.requester_id == requester_id)
             workers = _counts(conn, t_workers.c.campaign_id, ids)
             reports = _counts(conn, t_reports.c.campaign_id, ids)
             newest: dict[str, str] = {}
@@ -906,10 +905,8 @@ def _utc(when: datetime | None) -> datetime | None:
     return when
 
 
-def _counts(conn: sa.Connection, column: Any, ids: list[str]) -> dict[str, int]:
-    """Rows per campaign id in ``column``'s table, one grouped query."""
-    if not ids:
-        return {}
+def _counts(conn: sa.Connection, column: Any, ids: Any) -> dict[str, int]:
+    """Rows per campaign id in ``column``'s table (ids: a subquery), one grouped query."""
     query = sa.select(column, sa.func.count()).where(column.in_(ids)).group_by(column)
     return {str(k): int(n) for k, n in conn.execute(query)}
 
@@ -920,45 +917,76 @@ EXPORT_CHUNK = 10_000
 
 def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
     """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded."""
+    import numpy as np
+    import pandas as pd
+
     mech = campaigns.rebuild(campaign.mechanism, campaign.mechanism_params)
     labels = campaign.labels if mech.kind == "categorical" else None
-    integral = mech.kind != "categorical" and campaigns.report_range(mech) is None
+    integral = campaigns.integer_reports(mech)
     with engine.connect() as conn:
-        keys = dict(
-            conn.execute(
-                sa.select(t_tasks.c.position, t_tasks.c.key).where(
-                    t_tasks.c.campaign_id == campaign.id
-                )
-            ).all()
+        # Positions run 0..n_tasks-1 (the order the campaign listed its tasks in).
+        keys = pd.Series(
+            dict(
+                conn.execute(
+                    sa.select(t_tasks.c.position, t_tasks.c.key).where(
+                        t_tasks.c.campaign_id == campaign.id
+                    )
+                ).all()
+            )
+        ).sort_index()
+        names = pd.Series(
+            dict(
+                conn.execute(
+                    sa.select(t_workers.c.id, t_workers.c.name).where(
+                        t_workers.c.campaign_id == campaign.id
+                    )
+                ).all()
+            ),
+            dtype=object,
         )
-        names = dict(
-            conn.execute(
-                sa.select(t_workers.c.id, t_workers.c.name).where(
-                    t_workers.c.campaign_id == campaign.id
-                )
-            ).all()
-        )
-        result = conn.execution_options(yield_per=EXPORT_CHUNK).execute(
+        yield "task,worker,value\n"
+        query = (
             sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value)
             .where(t_reports.c.campaign_id == campaign.id)
             .order_by(t_reports.c.task_position, t_reports.c.worker_id)
+            .limit(EXPORT_CHUNK)
         )
-        buffer = io.StringIO()
-        out = csv.writer(buffer, lineterminator="\n")
-        out.writerow(["task", "worker", "value"])
-        for chunk in result.partitions():
-            for position, worker_id, value in chunk:
-                if value is None:
-                    shown: Any = ""
-                elif labels is not None:
-                    shown = labels[int(value)]
-                elif integral and float(value).is_integer():
-                    shown = int(value)
-                else:
-                    shown = repr(float(value))
-                out.writerow([keys[position], names[worker_id], shown])
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-        if buffer.tell():
-            yield buffer.getvalue()
+        after: tuple[int, str] | None = None
+        while True:
+            # Page by the primary key, each page one short query: no cursor held open across
+            # the whole download. The driver's plain tuples, decoded a page at a time.
+            page = query
+            if after is not None:
+                # SQLite and PostgreSQL both seek the primary key's index to this row (the
+                # campaign's equality, then the row comparison), not scan from the top.
+                page = page.where(
+                    sa.tuple_(t_reports.c.task_position, t_reports.c.worker_id) > sa.tuple_(*after)
+                )
+            result = conn.execute(page)
+            rows = result.cursor.fetchall()
+            result.close()
+            if not rows:
+                break
+            after = (rows[-1][0], rows[-1][1])
+            chunk = pd.DataFrame(rows, columns=["task", "worker", "value"])
+            value = chunk["value"].astype(float)
+            # A NULL report stays empty: None, pandas' NA or NaN are all written as "".
+            shown: Any
+            if labels is not None:
+                shown = np.full(len(value), None, dtype=object)
+                present = value.notna().to_numpy()
+                shown[present] = np.asarray(labels, dtype=object)[
+                    value[present].to_numpy(dtype=np.int64)
+                ]
+            elif integral:
+                shown = value.astype("Int64").array
+            else:
+                shown = value.to_numpy()
+            frame = pd.DataFrame(
+                {
+                    "task": keys.to_numpy()[chunk["task"].to_numpy(dtype=np.int64)],
+                    "worker": names.reindex(chunk["worker"]).to_numpy(),
+                    "value": shown,
+                }
+            )
+            yield frame.to_csv(index=False, header=False, lineterminator="\n")
