@@ -96,31 +96,35 @@ def serve(
     service = _service()
     import uvicorn
 
-    if not no_access_log:
-        _open_access_log(access_log)
-
-    app = service.create_app(
-        url,
-        requester_token=requester_token,
-        max_epsilon=max_epsilon,
-        dask_scheduler=dask_scheduler,
-        dask_dir=dask_dir,
-    )
-    if app.state.new_requester_token:
-        click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
-    if app.state.runner.interrupted:
-        click.echo(
-            f"{app.state.runner.interrupted} aggregation run(s) left running by a server that "
-            "stopped are marked failed; start them again (privtd campaign aggregate)",
-            err=True,
+    # Opened first, so a bad --access-log fails before the database is touched.
+    handler = None if no_access_log else _open_access_log(access_log)
+    try:
+        app = service.create_app(
+            url,
+            requester_token=requester_token,
+            max_epsilon=max_epsilon,
+            dask_scheduler=dask_scheduler,
+            dask_dir=dask_dir,
         )
-    click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
-    # uvicorn's own access log would print the raw path and query, codes included: off.
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        if app.state.new_requester_token:
+            click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
+        if app.state.runner.interrupted:
+            click.echo(
+                f"{app.state.runner.interrupted} aggregation run(s) left running by a server "
+                "that stopped are marked failed; start them again (privtd campaign aggregate)",
+                err=True,
+            )
+        click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
+        # uvicorn's own access log would print the raw path and query, codes included: off.
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        if handler is not None:  # the logger is global: leave no handler on a closed stream
+            _close_access_log(handler)
 
 
-def _open_access_log(target: str) -> None:
-    """Send the service's access log (privtd.service.access_log) to ``target``."""
+def _open_access_log(target: str) -> Any:
+    """Send the service's access log (privtd.service.access_log) to ``target``; returns the
+    handler, for :func:`_close_access_log`."""
     import logging
 
     from ..service.access_log import LOGGER
@@ -140,6 +144,18 @@ def _open_access_log(target: str) -> None:
     LOGGER.setLevel(logging.INFO)
     # Its own lines only, once: not again through the root logger's handlers.
     LOGGER.propagate = False
+    return handler
+
+
+def _close_access_log(handler: Any) -> None:
+    import logging
+
+    from ..service.access_log import LOGGER
+
+    LOGGER.removeHandler(handler)
+    handler.close()
+    if not LOGGER.handlers:
+        LOGGER.setLevel(logging.NOTSET)
 
 
 DB = click.option(
