@@ -225,7 +225,8 @@ TOKEN = click.option(
 
 @click.group()
 def campaign() -> None:
-    """A requester's side of the service: create a campaign, aggregate its reports."""
+    """A requester's side of the service: create a campaign, issue its enrolment codes,
+    aggregate its reports; list your campaigns, show a campaign's runs, export its reports."""
 
 
 @campaign.command("create")
