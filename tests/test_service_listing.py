@@ -151,13 +151,13 @@ def test_listing_and_export_are_scoped_to_the_requester(api):
     csv = api.get(f"/campaigns/{cid}/reports", headers=AUTH)
     assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
     frame = pd.read_csv(io.StringIO(csv.text), dtype=str)
-    assert list(frame.columns) == ["task", "worker", "value"]
+    assert list(frame.columns) == ["task", "worker", "answer"]
     assert sorted(zip(frame.task, frame.worker, strict=True)) == [
         ("t0", "alice"),
         ("t1", "alice"),
         ("t5", "bob"),
     ]
-    assert set(frame.value) <= {"no", "yes"}  # decoded labels, as the worker's device sent
+    assert set(frame.answer) <= {"no", "yes"}  # decoded labels, as the worker's device sent
     # Requester B sees none of it: an empty list, and 403 on A's campaign.
     assert api.get("/campaigns", headers=theirs).json() == []
     for path in ("runs", "reports"):
@@ -186,7 +186,7 @@ def test_export_of_null_reports_and_numbers(api):
     }
     assert post(api, cid, body, alice).status_code == 201
     text = api.get(f"/campaigns/{cid}/reports", headers=AUTH).text
-    assert text == "task,worker,value\na,alice,3\nb,alice,\n"
+    assert text == "task,worker,answer\na,alice,3\nb,alice,\n"
 
 
 def test_campaign_list_status_and_export_commands(live, tmp_path, capsys):
@@ -214,10 +214,15 @@ def test_campaign_list_status_and_export_commands(live, tmp_path, capsys):
     code, _, err = cli(["campaign", "export", base, cid, "-o", str(exported), *token], capsys)
     assert code == 0, err
     frame = pd.read_csv(exported)
-    assert list(frame.columns) == ["task", "worker", "value"] and len(frame) == 3
+    assert list(frame.columns) == ["task", "worker", "answer"] and len(frame) == 3
     assert (frame.worker == "alice").all()
     code, out, err = cli(["campaign", "export", base, cid, "-o", "-", *token], capsys)
     assert code == 0 and out == exported.read_text(), err
+    # The export is the long table truth inference reads, the campaign's channel named.
+    truths = tmp_path / "truths.csv"
+    infer = ["infer", str(exported), "-M", "one-layer", "-e", "1", "-o", str(truths)]
+    code, _, err = cli(infer, capsys)
+    assert code == 0 and len(pd.read_csv(truths)) == 3, err
     assert not (tmp_path / "-").exists()
     # Someone else's token: one line, non-zero, no file.
     missing = tmp_path / "none.csv"

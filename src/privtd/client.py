@@ -499,7 +499,7 @@ class Requester:
         return list(self._call("GET", f"/campaigns/{campaign_id}/runs", None))
 
     def export_reports(self, campaign_id: str, out: Any) -> int:
-        """Write the campaign's perturbed reports as CSV (task,worker,value) to ``out``, a
+        """Write the campaign's perturbed reports as CSV (task,worker,answer) to ``out``, a
         binary file object, as they arrive; returns the bytes written. Not retried once
         bytes were written (a retry would repeat them)."""
         httpx = _http()

@@ -497,7 +497,7 @@ def campaign_status(url: str, campaign_id: str, as_json: bool, token: str) -> No
 )
 @TOKEN
 def campaign_export(url: str, campaign_id: str, output: str, token: str) -> None:
-    """Write CAMPAIGN_ID's perturbed reports as CSV (task,worker,value; an empty value is a
+    """Write CAMPAIGN_ID's perturbed reports as CSV (task,worker,answer; an empty answer is a
     NULL report): what the workers' devices sent, never their raw answers."""
     import os
     import tempfile

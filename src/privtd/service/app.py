@@ -529,10 +529,10 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     @app.get(
         "/campaigns/{campaign_id}/reports",
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/csv": {}}, "description": "task,worker,value"}},
+        responses={200: {"content": {"text/csv": {}}, "description": "task,worker,answer"}},
     )
     def export_reports(campaign_id: str, requester_id: str = Depends(requester)) -> Any:
-        """The campaign's perturbed reports as CSV (task,worker,value; an empty value is a
+        """The campaign's perturbed reports as CSV (task,worker,answer; an empty answer is a
         NULL report): what the workers' devices sent, never a raw answer. Workers are named as
         they enrolled, as in the results."""
         with engine.connect() as conn:
@@ -944,7 +944,7 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
             ),
             dtype=object,
         )
-        yield "task,worker,value\n"
+        yield "task,worker,answer\n"
         query = (
             sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value)
             .where(t_reports.c.campaign_id == campaign.id)
