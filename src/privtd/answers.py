@@ -248,6 +248,8 @@ class Answers:
             What to do with tasks (workers) that have exactly one answer after the steps above.
             Tasks are handled before workers. Default "keep".
 
+        Notes
+        -----
         Every row dropped or merged is counted in ``notes``.
         """
         _check_choice("kind", kind, _KINDS)

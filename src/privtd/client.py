@@ -490,6 +490,36 @@ class Requester:
         new one (``privtd requester rotate``)."""
         self._call("DELETE", "/requester/token", None)
 
+    def campaigns(self) -> list[dict[str, Any]]:
+        """This requester's campaigns, oldest first: id, name, mechanism, epsilon, budget,
+        method, workers enrolled, reports received and state (docs/service.md)."""
+        return list(self._call("GET", "/campaigns", None))
+
+    def runs(self, campaign_id: str) -> list[dict[str, Any]]:
+        """The campaign's aggregation runs, oldest first: status, started_at, finished_at,
+        error, ..."""
+        return list(self._call("GET", f"/campaigns/{campaign_id}/runs", None))
+
+    def export_reports(self, campaign_id: str, out: Any) -> int:
+        """Write the campaign's perturbed reports as CSV (task,worker,answer) to ``out``, a
+        binary file object, as they arrive; returns the bytes written. Not retried once
+        bytes were written (a retry would repeat them)."""
+        httpx = _http()
+        url = f"{self.url}/campaigns/{campaign_id}/reports"
+        headers = {"Authorization": f"Bearer {self.token}"}
+        written = 0
+        try:
+            with httpx.stream("GET", url, headers=headers, timeout=self.timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ServiceError(response.status_code, _detail(response))
+                for chunk in response.iter_bytes():
+                    out.write(chunk)
+                    written += len(chunk)
+        except httpx.TransportError as exc:
+            raise ServiceError(0, f"cannot reach {url}: {exc}", transient=True) from None
+        return written
+
     def start_run(self, campaign_id: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/campaigns/{campaign_id}/runs", None))
 

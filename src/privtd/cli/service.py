@@ -68,6 +68,16 @@ def _service() -> Any:
     help="With --dask-scheduler: a folder every Dask worker can read, for the campaign's "
     "reports as Parquet (default: the system's temporary folder).",
 )
+@click.option(
+    "--access-log",
+    default="-",
+    show_default=True,
+    metavar="FILE",
+    help="Append one line per request (time, client address, method, path with tokens and "
+    "codes redacted, status, duration; never a body or a header) to FILE; '-' is standard "
+    "error (docs/service.md#access-log).",
+)
+@click.option("--no-access-log", is_flag=True, help="Write no access log.")
 def serve(
     url: str,
     host: str,
@@ -76,6 +86,8 @@ def serve(
     max_epsilon: float,
     dask_scheduler: str | None,
     dask_dir: str | None,
+    access_log: str,
+    no_access_log: bool,
 ) -> None:
     """Run the collection service: workers submit perturbed reports, the requester aggregates.
 
@@ -84,23 +96,66 @@ def serve(
     service = _service()
     import uvicorn
 
-    app = service.create_app(
-        url,
-        requester_token=requester_token,
-        max_epsilon=max_epsilon,
-        dask_scheduler=dask_scheduler,
-        dask_dir=dask_dir,
-    )
-    if app.state.new_requester_token:
-        click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
-    if app.state.runner.interrupted:
-        click.echo(
-            f"{app.state.runner.interrupted} aggregation run(s) left running by a server that "
-            "stopped are marked failed; start them again (privtd campaign aggregate)",
-            err=True,
+    # Opened first, so a bad --access-log fails before the database is touched.
+    handler = None if no_access_log else _open_access_log(access_log)
+    try:
+        app = service.create_app(
+            url,
+            requester_token=requester_token,
+            max_epsilon=max_epsilon,
+            dask_scheduler=dask_scheduler,
+            dask_dir=dask_dir,
         )
-    click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+        if app.state.new_requester_token:
+            click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)
+        if app.state.runner.interrupted:
+            click.echo(
+                f"{app.state.runner.interrupted} aggregation run(s) left running by a server "
+                "that stopped are marked failed; start them again (privtd campaign aggregate)",
+                err=True,
+            )
+        click.echo(f"privtd serve: {url} on http://{host}:{port}", err=True)
+        # uvicorn's own access log would print the raw path and query, codes included: off.
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        if handler is not None:  # the logger is global: leave no handler on a closed stream
+            _close_access_log(handler)
+
+
+def _open_access_log(target: str) -> Any:
+    """Send the service's access log (privtd.service.access_log) to ``target``; returns the
+    handler, for :func:`_close_access_log`."""
+    import logging
+
+    from ..service.access_log import LOGGER
+
+    if target == "-":
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    else:
+        try:
+            handler = logging.FileHandler(target, encoding="utf-8")
+        except OSError as exc:
+            raise ValidationError(
+                f"Cannot open the access log {target} ({exc.strerror}); give a writable "
+                "--access-log FILE, or '-' for standard error."
+            ) from None
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    # Its own lines only, once: not again through the root logger's handlers.
+    LOGGER.propagate = False
+    return handler
+
+
+def _close_access_log(handler: Any) -> None:
+    import logging
+
+    from ..service.access_log import LOGGER
+
+    LOGGER.removeHandler(handler)
+    handler.close()
+    if not LOGGER.handlers:
+        LOGGER.setLevel(logging.NOTSET)
 
 
 DB = click.option(
@@ -170,7 +225,8 @@ TOKEN = click.option(
 
 @click.group()
 def campaign() -> None:
-    """A requester's side of the service: create a campaign, aggregate its reports."""
+    """A requester's side of the service: create a campaign, issue its enrolment codes,
+    aggregate its reports; list your campaigns, show a campaign's runs, export its reports."""
 
 
 @campaign.command("create")
@@ -337,6 +393,140 @@ def campaign_aggregate(
     )
     if "pooled_median_interval" in result:
         _note_pooled_interval(*result["pooled_median_interval"])
+
+
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    return "".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
+        for line in [header, *rows]
+    )
+
+
+def _when(stamp: str | None) -> str:
+    """An API timestamp as 'YYYY-MM-DD HH:MM:SS' (UTC), or '-'."""
+    return "-" if not stamp else stamp.replace("T", " ")[:19]
+
+
+@campaign.command("list")
+@click.argument("url")
+@JSON
+@TOKEN
+def campaign_list(url: str, as_json: bool, token: str) -> None:
+    """List your campaigns on the server at URL: id, name, mechanism, epsilon, workers
+    enrolled, reports received, state (collecting, aggregating, aggregated, failed)."""
+    from ..client import Requester
+
+    rows = Requester(url, token).campaigns()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    header = ["id", "name", "mechanism", "epsilon", "workers", "reports", "state"]
+    click.echo(
+        _table(
+            header,
+            [
+                [
+                    r["id"],
+                    r["name"],
+                    r["mechanism"],
+                    f"{r['epsilon']:.4g}/{r['unit']}",
+                    str(r["workers"]),
+                    str(r["reports"]),
+                    r["state"],
+                ]
+                for r in rows
+            ],
+        ),
+        nl=False,
+    )
+    click.echo(f"{len(rows)} campaign(s)", err=True)
+
+
+@campaign.command("status")
+@click.argument("url")
+@click.argument("campaign_id")
+@JSON
+@TOKEN
+def campaign_status(url: str, campaign_id: str, as_json: bool, token: str) -> None:
+    """Show CAMPAIGN_ID's aggregation runs, oldest first: id, state, started, finished (UTC),
+    reports, error."""
+    from ..client import Requester
+
+    runs = Requester(url, token).runs(campaign_id)
+    if as_json:
+        click.echo(json.dumps(runs, indent=2))
+        return
+    header = ["run", "state", "started", "finished", "reports", "error"]
+    click.echo(
+        _table(
+            header,
+            [
+                [
+                    r["run_id"],
+                    r["status"]
+                    + (f" {r['iteration']}/{r['max_iter']}" if r["status"] == "running" else ""),
+                    _when(r["started_at"]),
+                    _when(r["finished_at"]),
+                    str(r["n_reports"]),
+                    r["error"] or "-",
+                ]
+                for r in runs
+            ],
+        ),
+        nl=False,
+    )
+    if not runs:
+        click.echo("no aggregation run yet (privtd campaign aggregate starts one)", err=True)
+
+
+@campaign.command("export")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option(
+    "--output",
+    "-o",
+    default="-",
+    show_default=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="CSV file for the reports ('-': standard output).",
+)
+@TOKEN
+def campaign_export(url: str, campaign_id: str, output: str, token: str) -> None:
+    """Write CAMPAIGN_ID's perturbed reports as CSV (task,worker,answer; an empty answer is a
+    NULL report): what the workers' devices sent, never their raw answers."""
+    import os
+    import tempfile
+
+    from ..client import Requester
+
+    requester = Requester(url, token)
+    if output == "-":
+        size = requester.export_reports(campaign_id, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    else:
+        target = Path(output)
+        folder = target.resolve().parent
+        if not folder.is_dir():
+            raise ValidationError(f"The folder of {output!r} does not exist. Create it first.")
+        # Into a temporary file beside the target, renamed once complete: a dropped connection
+        # leaves no half export behind.
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                size = requester.export_reports(campaign_id, handle)
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)  # as an ordinary new file would be, not mkstemp's 0600
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    click.echo(f"exported the reports of campaign {campaign_id} ({size} bytes)", err=True)
 
 
 LEDGER = click.option(

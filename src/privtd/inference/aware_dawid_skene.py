@@ -204,6 +204,8 @@ class AwareDawidSkene(Estimator):
         truths still improve (``docs/inference.md``). Under a flip law the workers whose devices
         kept most answers pin the ridge, and going on to 1e-6 moved nothing measurable.
 
+    Notes
+    -----
     Fitted: ``tol_`` (the tolerance used), ``truths_``, ``probas_``, ``priors_``,
     ``confusions_`` (each worker's own confusion, the channel taken out; a DataFrame with rows
     (worker, label given) and columns the true label, as ``DawidSkene``'s), ``weights_``

@@ -96,6 +96,8 @@ class AwareGaussian(Estimator):
         settings moved by more than 0.00014 (0.05 of its standard error), nor of the emotion
         scores by more than 0.033 score points.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``weights_`` (``weight`` = ``E[1 / tau_u]``, ``variance`` = ``E[tau_u]``,
     ``own_variance`` = ``E[sigma_u^2]``, the part not explained by the mechanism),
     ``truth_sd_`` (posterior standard deviation per task), ``variance_prior_`` (``G``).

@@ -269,6 +269,8 @@ class AwareNull(Estimator):
     tol : float, default 1e-4
         On the largest change of a truth, in score units.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``answer_rate_`` (per task, the posterior mean share of workers who
     answered it), ``pooled_`` (the pooled distribution of true symbols, scores then NULL),
     ``strengths_`` (the prior's pseudo-answers: answered-or-NULL level, score level),

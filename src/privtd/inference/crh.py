@@ -28,6 +28,8 @@ class CRH(LossWeightedEstimator):
     max_iter, tol : see :class:`LossWeightedEstimator` for the stopping rule.
     tie_break, rng : how tied weighted votes are broken (categorical).
 
+    Notes
+    -----
     Edge cases (the paper is silent): a loss of 0 is clamped to ``1e-12 * max(1, sum L)``; when
     every loss is 0 or every weight is 0 (one worker), weights fall back to 1.
     """

@@ -56,6 +56,8 @@ class DawidSkene(Estimator):
         Pseudo-count added to every confusion cell before normalising (Laplace smoothing).
         Entries are clipped below at 1e-10 either way, so an unseen class gets a uniform column.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``probas_``, ``priors_`` (Series), ``confusions_`` (DataFrame: rows
     (worker, label given), columns the true label, as crowd-kit's ``errors_``; the
     ``(n_workers, K, K)`` array ``[worker, answer, truth]`` is

@@ -46,6 +46,8 @@ class GLAD(Estimator):
     m_step_tol : float, default 1e-2
         Gradient tolerance of each M-step.
 
+    Notes
+    -----
     The class prior is uniform and fixed, as in the paper.
 
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = ability ``alpha``),

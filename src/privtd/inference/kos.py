@@ -38,6 +38,8 @@ class KOS(Estimator):
     rng : Generator, int or None, default 0
         Seeds the random start (crowd-kit's ``random_state``, default 0 too).
 
+    Notes
+    -----
     ``probas_`` is the decision itself (one-hot; 1/2 each on a tie): KOS scores tasks but has no
     probability model. ``weights_["weight"]`` is the worker's reliability
     ``sum_i A_{ij} x_{i->j}``, scaled to largest magnitude 1. A task whose score is exactly 0

@@ -64,6 +64,8 @@ class MACE(Estimator):
     rng : Generator, int or None, default 0
         Seeds the restarts (an int keeps a fit reproducible; None draws fresh entropy).
 
+    Notes
+    -----
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = competence ``theta``, the
     probability that an answer is given in earnest; ``spam`` = the weight of spamming, which is
     ``1 - weight`` under EM and less under VB), ``strategies_`` (``(workers, K)``, in

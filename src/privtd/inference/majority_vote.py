@@ -22,6 +22,8 @@ class MajorityVote(Estimator):
     rng : Generator, int or None
         Only used when ``tie_break="random"``.
 
+    Notes
+    -----
     ``probas_`` holds the vote shares; ``weights_["agreement"]`` is each worker's fraction of
     answers equal to the majority.
     """

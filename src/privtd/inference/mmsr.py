@@ -56,6 +56,8 @@ class MMSR(Estimator):
         Draws the uniform start of ``u`` and ``v`` (crowd-kit's ``random_state``) and ARPACK's
         start on large sign graphs.
 
+    Notes
+    -----
     The steps follow the authors' code (github.com/maqqbu/MMSR, MainProgram.m and
     sign_determination_valid.m), which fills ``C`` only where workers overlap and takes the
     arg-max of the raw weighted votes.

@@ -154,6 +154,8 @@ class AwareOneCoin(Estimator):
         On the change in the log-likelihood per answer (as :class:`DawidSkene`), computed with
         the expected log-accuracies.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``probas_``, ``priors_``, ``weights_`` (``weight`` = posterior mean of
     the observed accuracy, ``accuracy`` = of the worker's own accuracy ``s_u``, ``log_odds`` =
     the vote weight), ``accuracy_prior_`` (the learned ``G`` as a Series over the grid).

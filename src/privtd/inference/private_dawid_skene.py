@@ -38,6 +38,8 @@ class PrivateDawidSkene(Estimator):
     clip : bool
         Clip rescaled abilities to [0, 1] (not in the paper; off by default).
 
+    Notes
+    -----
     ``weights_`` has ``ability`` (the projected ``p_u``), ``ability_rescaled`` (``p_hat``) and
     ``weight`` (the vote log-odds). ``objective_`` records the largest change of ``y`` per step.
     """

@@ -32,6 +32,8 @@ class WeightedVote(Estimator):
     max_iter, tol : stop when at most ``tol`` task labels change in an iteration.
     tie_break, rng : how tied votes are broken.
 
+    Notes
+    -----
     Starts from uniform weights (the majority vote). ``probas_`` is the softmax of the weighted
     votes, which is the posterior of the one-coin model with these weights and a uniform prior.
     ``objective_`` records the summed log-posterior of the chosen labels.

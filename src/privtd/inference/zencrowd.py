@@ -41,6 +41,8 @@ class ZenCrowd(Estimator):
     tol : float, default 1e-5
         On the change of the log marginal likelihood per answer.
 
+    Notes
+    -----
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = reliability ``p_u``).
     """
 

@@ -34,6 +34,8 @@ class ZeroBasedSkill(Estimator):
         exactly, after which crowd-kit's further steps change nothing either.
     lr_init, lr_steps_to_reduce, lr_reduce_factor, eps : as crowd-kit (1.0, 20, 0.5, 1e-5).
 
+    Notes
+    -----
     ``weights_["weight"]`` (also ``skills_``) is the skill; ``probas_`` the weighted vote shares.
     """
 

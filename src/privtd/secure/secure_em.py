@@ -117,6 +117,8 @@ class SecureEM:
     on_round : callable, optional
         Called with each round's :class:`~privtd.secure.parties.RoundStats`.
 
+    Notes
+    -----
     Fitted: ``truths_`` (Series by task id; NaN for the tasks with too few answers),
     ``probas_`` (categorical), ``answer_counts_`` (per task: the requester learns them),
     ``too_few_answers_`` (task ids left out), ``n_iter_``, ``converged_``, ``objective_``,

@@ -12,14 +12,15 @@ import hashlib
 import json
 import math
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -27,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import PrivtdError
 from . import aggregate, campaigns, db, requesters
+from .access_log import AccessLog
 from .schema import campaigns as t_campaigns
 from .schema import enrolment_codes as t_codes
 from .schema import reports as t_reports
@@ -197,6 +199,28 @@ class RunOut(BaseModel):
     error: str | None
     #: The finished run whose fit this one resumed from (None: fitted from scratch).
     warm_start_from: str | None
+    #: When the run was asked for, and when it ended (done or failed; None while it runs).
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class CampaignSummary(BaseModel):
+    """One line of the requester's campaign list (GET /campaigns)."""
+
+    id: str
+    name: str
+    mechanism: str
+    epsilon: float
+    unit: str
+    budget: float
+    method: str
+    created_at: datetime
+    #: Workers enrolled, and perturbed reports received (NULL reports included).
+    workers: int
+    reports: int
+    #: "collecting" (never aggregated), "aggregating" (a run is queued or running),
+    #: "aggregated" (the newest run is done) or "failed" (the newest run failed).
+    state: str
 
 
 # ---------------------------------------------------------------------------- limits
@@ -285,6 +309,8 @@ def create_app(
     app.state.runner = aggregate.Runner(engine, dask_scheduler, dask_dir)
     app.state.max_epsilon = float(max_epsilon)
     app.add_middleware(BodyLimit)
+    # Added last, so outermost: it sees every answer, the body limit's 413 included.
+    app.add_middleware(AccessLog, root=app)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -447,6 +473,75 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         make a new one then (``privtd requester rotate``)."""
         requesters.revoke(engine, requester_id)
         return Response(status_code=204)
+
+    @app.get("/campaigns", response_model=list[CampaignSummary])
+    def list_campaigns(requester_id: str = Depends(requester)) -> list[CampaignSummary]:
+        """The campaigns of the requester whose token is sent (no one else's), oldest first."""
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t_campaigns)
+                .where(t_campaigns.c.requester_id == requester_id)
+                .order_by(t_campaigns.c.created_at, t_campaigns.c.id)
+            ).all()
+            # The requester's campaign ids as a subquery: no list of ids sent back to the database.
+            ids = sa.select(t_campaigns.c.id).where(t_campaigns.c.requester_id == requester_id)
+            workers = _counts(conn, t_workers.c.campaign_id, ids)
+            reports = _counts(conn, t_reports.c.campaign_id, ids)
+            newest: dict[str, str] = {}
+            for campaign_id, status in conn.execute(
+                sa.select(t_runs.c.campaign_id, t_runs.c.status)
+                .where(t_runs.c.campaign_id.in_(ids))
+                .order_by(t_runs.c.created_at)
+            ):
+                newest[campaign_id] = status  # the last one seen is the newest
+        out = []
+        for r in rows:
+            g = campaigns.rebuild(r.mechanism, r.mechanism_params).guarantee
+            out.append(
+                CampaignSummary(
+                    id=r.id,
+                    name=r.name,
+                    mechanism=r.mechanism,
+                    epsilon=g.epsilon,
+                    unit=g.unit,
+                    budget=r.budget_epsilon,
+                    method=r.method,
+                    created_at=_utc(r.created_at),
+                    workers=workers.get(r.id, 0),
+                    reports=reports.get(r.id, 0),
+                    state=RUN_STATE.get(newest.get(r.id, ""), "collecting"),
+                )
+            )
+        return out
+
+    @app.get("/campaigns/{campaign_id}/runs", response_model=list[RunOut])
+    def list_runs(campaign_id: str, requester_id: str = Depends(requester)) -> list[RunOut]:
+        """The campaign's aggregation runs, oldest first."""
+        with engine.connect() as conn:
+            owned(conn, campaign_id, requester_id)
+            rows = conn.execute(
+                sa.select(t_runs)
+                .where(t_runs.c.campaign_id == campaign_id)
+                .order_by(t_runs.c.created_at, t_runs.c.id)
+            ).all()
+        return [_run_out(r) for r in rows]
+
+    @app.get(
+        "/campaigns/{campaign_id}/reports",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/csv": {}}, "description": "task,worker,answer"}},
+    )
+    def export_reports(campaign_id: str, requester_id: str = Depends(requester)) -> Any:
+        """The campaign's perturbed reports as CSV (task,worker,answer; an empty answer is a
+        NULL report): what the workers' devices sent, never a raw answer. Workers are named as
+        they enrolled, as in the results."""
+        with engine.connect() as conn:
+            row = owned(conn, campaign_id, requester_id)
+        return StreamingResponse(
+            _report_lines(engine, row),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{campaign_id}.csv"'},
+        )
 
     @app.get("/campaigns/{campaign_id}", response_model=CampaignOut)
     def get_campaign(campaign_id: str) -> CampaignOut:
@@ -772,6 +867,10 @@ def _run(engine: sa.Engine, campaign_id: str, run_id: str) -> RunOut:
         ).first()
     if row is None:
         raise HTTPException(404, f"No run {run_id!r} in this campaign.")
+    return _run_out(row)
+
+
+def _run_out(row: Any) -> RunOut:
     return RunOut(
         run_id=row.id,
         status=row.status,
@@ -781,4 +880,113 @@ def _run(engine: sa.Engine, campaign_id: str, run_id: str) -> RunOut:
         max_iter=row.max_iter,
         error=row.error,
         warm_start_from=row.warm_from,
+        started_at=_utc(row.created_at),
+        finished_at=_utc(row.finished_at),
     )
+
+
+#: A campaign's state in the list, from its newest run's status (none: "collecting").
+RUN_STATE = {
+    "queued": "aggregating",
+    "running": "aggregating",
+    "done": "aggregated",
+    "failed": "failed",
+}
+
+
+@overload
+def _utc(when: datetime) -> datetime: ...
+@overload
+def _utc(when: None) -> None: ...
+def _utc(when: datetime | None) -> datetime | None:
+    """``when`` with its zone: SQLite gives back naive datetimes (stored as UTC)."""
+    if when is not None and when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    return when
+
+
+def _counts(conn: sa.Connection, column: Any, ids: Any) -> dict[str, int]:
+    """Rows per campaign id in ``column``'s table (ids: a subquery), one grouped query."""
+    query = sa.select(column, sa.func.count()).where(column.in_(ids)).group_by(column)
+    return {str(k): int(n) for k, n in conn.execute(query)}
+
+
+#: Reports per chunk of the CSV export: a campaign's reports are never all in memory.
+EXPORT_CHUNK = 10_000
+
+
+def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
+    """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded."""
+    import numpy as np
+    import pandas as pd
+
+    mech = campaigns.rebuild(campaign.mechanism, campaign.mechanism_params)
+    labels = campaign.labels if mech.kind == "categorical" else None
+    integral = campaigns.integer_reports(mech)
+    with engine.connect() as conn:
+        # Positions run 0..n_tasks-1 (the order the campaign listed its tasks in).
+        keys = pd.Series(
+            dict(
+                conn.execute(
+                    sa.select(t_tasks.c.position, t_tasks.c.key).where(
+                        t_tasks.c.campaign_id == campaign.id
+                    )
+                ).all()
+            )
+        ).sort_index()
+        names = pd.Series(
+            dict(
+                conn.execute(
+                    sa.select(t_workers.c.id, t_workers.c.name).where(
+                        t_workers.c.campaign_id == campaign.id
+                    )
+                ).all()
+            ),
+            dtype=object,
+        )
+        yield "task,worker,answer\n"
+        query = (
+            sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value)
+            .where(t_reports.c.campaign_id == campaign.id)
+            .order_by(t_reports.c.task_position, t_reports.c.worker_id)
+            .limit(EXPORT_CHUNK)
+        )
+        after: tuple[int, str] | None = None
+        while True:
+            # Page by the primary key, each page one short query: no cursor held open across
+            # the whole download. The driver's plain tuples, decoded a page at a time.
+            page = query
+            if after is not None:
+                # SQLite and PostgreSQL both seek the primary key's index to this row (the
+                # campaign's equality, then the row comparison), not scan from the top.
+                page = page.where(
+                    sa.tuple_(t_reports.c.task_position, t_reports.c.worker_id) > sa.tuple_(*after)
+                )
+            result = conn.execute(page)
+            rows = result.cursor.fetchall()
+            result.close()
+            if not rows:
+                break
+            after = (rows[-1][0], rows[-1][1])
+            chunk = pd.DataFrame(rows, columns=["task", "worker", "value"])
+            value = chunk["value"].astype(float)
+            # A NULL report stays empty: None, pandas' NA or NaN are all written as "".
+            shown: Any
+            if labels is not None:
+                shown = np.full(len(value), None, dtype=object)
+                present = value.notna().to_numpy()
+                shown[present] = np.asarray(labels, dtype=object)[
+                    value[present].to_numpy(dtype=np.int64)
+                ]
+            elif integral:
+                shown = value.astype("Int64").array
+            else:
+                shown = value.to_numpy()
+            frame = pd.DataFrame(
+                {
+                    "task": keys.to_numpy()[chunk["task"].to_numpy(dtype=np.int64)],
+                    "worker": names.reindex(chunk["worker"]).to_numpy(),
+                    "value": shown,
+                }
+            )
+            yield frame.to_csv(index=False, header=False, lineterminator="\n")

@@ -77,6 +77,12 @@ def check_epsilon(mech: Mechanism, max_epsilon: float) -> float:
     return eps
 
 
+def integer_reports(mech: Mechanism) -> bool:
+    """Whether the mechanism's numeric reports are integers (or NULL): P3's KRR and two-layer
+    with NULL release a value of their integer domain."""
+    return isinstance(mech, KRRNull | TwoLayerNull)
+
+
 def report_range(mech: Mechanism) -> tuple[float, float] | None:
     """The numeric reports the server accepts for ``mech``: an honest release falls outside
     with probability at most :data:`TAIL` per report, whether its noise is the continuous law
@@ -191,7 +197,7 @@ def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[An
                 )
             codes.append(code)
         return codes
-    nullable = isinstance(mech, KRRNull | TwoLayerNull)
+    nullable = integer_reports(mech)
     integral = nullable
     low, high = (
         (mech.low, mech.high) if isinstance(mech, KRRNull | TwoLayerNull) else (-math.inf, math.inf)

@@ -536,6 +536,8 @@ def fit_distributed(
         all are written: a failed fit leaves nothing. With it, ``truths_`` and ``probas_`` are
         not set (``output_`` names the folder); the per-worker results are.
 
+    Notes
+    -----
     Each iteration is one pass: the client broadcasts the per-worker parameters, every shard
     computes its tasks' posteriors (or truths) with the in-memory kernels and returns its
     per-worker sufficient statistics and log-likelihood share, which the client sums in
