@@ -278,3 +278,11 @@ def test_readme_audit_gap_is_the_stored_audit() -> None:
         if r["verdict"] == "holds (tight)" and r["samples"] == 1_000_000
     ]
     assert gaps and max(gaps) <= int(m.group(1)) / 100 and max(gaps) > (int(m.group(1)) - 1) / 100
+
+
+def test_readme_two_layer_range_is_the_calibration() -> None:
+    # A computed figure: the README's comment is what from_epsilon(1.0) gives.
+    from privtd.mechanisms import TwoLayerRR
+
+    m = re.search(r"from_epsilon\(1\.0\) +# f_u ~ U\(0, (0\.\d+)\)", README)
+    assert m and float(m.group(1)) == round(TwoLayerRR.from_epsilon(1.0).b, 4)
