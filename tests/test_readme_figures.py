@@ -105,7 +105,7 @@ def test_scale_table_quotes_every_run(
 CHECK_SOURCES = {
     "kdd18": ("reproduce_defaults_loaded.txt", "## kdd18:"),
     "icdcs20": ("reproduce_defaults_loaded.txt", "## icdcs20:"),
-    "bigdata18": ("bigdata18_100_trials.txt", "# bigdata18: checks"),
+    "bigdata18": ("reproduce_defaults_loaded.txt", "## bigdata18:"),
     "ladp": ("reproduce_defaults_loaded.txt", "## ladp:"),
     "dmkd14": ("reproduce_defaults_loaded.txt", "## dmkd14:"),
 }
