@@ -286,3 +286,13 @@ def test_readme_two_layer_range_is_the_calibration() -> None:
 
     m = re.search(r"from_epsilon\(1\.0\) +# f_u ~ U\(0, (0\.\d+)\)", README)
     assert m and float(m.group(1)) == round(TwoLayerRR.from_epsilon(1.0).b, 4)
+
+
+def test_scale_doc_demo_times_are_the_stored_runs() -> None:
+    runs = {r["run"]: r["seconds"] for r in _jsonl("demo_first_run.txt")}
+    text = " ".join((ROOT / "docs" / "scale.md").read_text(encoding="utf-8").split())
+    assert (
+        f"took {runs['default']:.1f} s ({runs['numpy']:.1f} s with `PRIVTD_BACKEND=numpy`); "
+        f"forced onto numba it took {runs['numba, cold cache']:.1f} s with a cold cache, "
+        f"compiling, and {runs['numba, warm cache']:.1f} s with a warm one" in text
+    )
