@@ -296,3 +296,11 @@ def test_scale_doc_demo_times_are_the_stored_runs() -> None:
         f"forced onto numba it took {runs['numba, cold cache']:.1f} s with a cold cache, "
         f"compiling, and {runs['numba, warm cache']:.1f} s with a warm one" in text
     )
+
+
+def test_reproduction_loaded_total_is_the_stored_runs() -> None:
+    loaded = (RESULTS / "reproduce_defaults_loaded.txt").read_text(encoding="utf-8")
+    walls = dict(re.findall(r"^## (\w+): (\d+) s wall", loaded, re.M))
+    assert set(walls) == set(CHECK_SOURCES)
+    total = sum(int(w) for w in walls.values())
+    assert f"took {total} s together ({_whole(total / 60)} min;" in " ".join(REPRODUCTION.split())
