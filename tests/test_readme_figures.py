@@ -96,3 +96,211 @@ def test_scale_table_quotes_every_run(
         peaks = [r[memory_key] for r in records]
         assert all(any(abs(q - p) <= 0.051 for q in quoted) for p in peaks), (quoted, peaks)
         assert all(any(abs(q - p) <= 0.051 for p in peaks) for q in quoted), (quoted, peaks)
+
+
+# ---------------------------------------------------------------- the fidelity count
+
+# Where each experiment's stored checks are: the checks table `privtd reproduce NAME` writes
+# (checks.md), kept under a heading of a results file.
+CHECK_SOURCES = {
+    "kdd18": ("reproduce_defaults_loaded.txt", "## kdd18:"),
+    "icdcs20": ("reproduce_defaults_loaded.txt", "## icdcs20:"),
+    "bigdata18": ("reproduce_defaults_loaded.txt", "## bigdata18:"),
+    "ladp": ("reproduce_defaults_loaded.txt", "## ladp:"),
+    "dmkd14": ("reproduce_defaults_loaded.txt", "## dmkd14:"),
+}
+
+
+def _stored_checks(name: str, heading: str) -> list[dict[str, str]]:
+    lines = (RESULTS / name).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    out = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        verdict = re.search(r"\| \*\*(reproduced|in trend|differs)\*\* \|$", line)
+        if verdict:
+            claim = line[2:].split(" | ")[0]
+            out.append({"claim": claim, "ours": "", "verdict": verdict.group(1)})
+    assert out, f"no checks under {heading!r} in {name}"
+    return out
+
+
+def test_readme_reproduction_count_is_the_stored_checks() -> None:
+    from privtd.experiments import checks
+
+    stored = {exp: _stored_checks(*where) for exp, where in CHECK_SOURCES.items()}
+    counts = checks.summary(stored)
+    # Both kinds are present, so the test would notice one folded into the other.
+    assert sum(counts["papers"].values()) and sum(counts["beyond"].values())
+    sentence = checks.summary_sentence(counts)
+    assert sentence in " ".join(README.split()), sentence
+    assert sentence in " ".join(REPRODUCTION.split()), sentence
+
+
+# ---------------------------------------------------------------- docs/privacy.md
+
+PRIVACY = (ROOT / "docs" / "privacy.md").read_text(encoding="utf-8")
+
+
+def _jsonl(name: str) -> list[dict]:
+    text = (RESULTS / name).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _row_in(text: str, prefix: str) -> list[str]:
+    rows = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert len(rows) == 1, (prefix, rows)
+    return [c.strip() for c in rows[0].strip("|").split(" | ")]
+
+
+def _row(prefix: str) -> list[str]:
+    return _row_in(PRIVACY, prefix)
+
+
+def test_privacy_audit_table_is_the_stored_audit() -> None:
+    records = _jsonl("audit_table.jsonl")
+    table_rows = [
+        line
+        for line in PRIVACY.split("## Audit", 1)[1].split("##", 1)[0].splitlines()
+        if line.startswith("| ") and not line.startswith("| mechanism")
+    ]
+    assert len(table_rows) == len(records)
+    for r in records:
+        cells = _row(f"| {r['row']} |")
+        assert cells[1] == f"`{r['command']}`"
+        assert float(cells[2]) == round(r["claimed_epsilon"], 3)
+        assert float(cells[3]) == round(r["lower_bound"], 3)
+        assert cells[4].startswith(r["verdict"].split(" (")[0])
+
+
+def test_privacy_attack_tables_are_the_stored_attack() -> None:
+    records = _jsonl("attack_tables.jsonl")
+    synthetic = [r for r in records if r["crowd"] == "synthetic"]
+    duchenne = [r for r in records if r["crowd"] == "duchenne"]
+    assert synthetic and duchenne
+    for eps in sorted({r["epsilon"] for r in synthetic}):
+        one, two = (
+            next(r for r in synthetic if r["epsilon"] == eps and r["mechanism"] == m)
+            for m in ("one-layer", "two-layer")
+        )
+        cells = _row(f"| {eps:g} | 0.")
+        want = [one["as_reported"], one["recovered"], two["as_reported"], two["recovered"]]
+        assert [float(c) for c in cells[1:]] == [round(x, 4) for x in want]
+    for r in duchenne:
+        cells = _row(f"| {r['epsilon']:g} | {r['mechanism']} |")
+        assert cells[2] == f"{r['as_reported']:.4f}"
+        assert cells[3] == f"{r['recovered']:.4f} ± {r['recovered_se']:.4f}"
+        assert cells[4] == f"{r['inverted_workers']:.1f}"
+    chance = re.search(r"chance \(most common original answer\): (0\.\d+)", PRIVACY)
+    assert chance and chance.group(1) == f"{duchenne[0]['chance']:.4f}"
+
+
+# ---------------------------------------------------------------- mechanisms and secure EM
+
+
+def test_readme_mechanism_times_are_the_stored_benchmark() -> None:
+    runs = {r["what"]: r for r in _jsonl("mechanisms.txt")}
+    text = " ".join(README.split())
+    assert f"1e7 answers takes {runs['one-layer batch, seed']['seconds']:.1f} s" in text
+    assert f"({runs['one-layer batch, generator']['seconds']:.1f} s with a Generator)" in text
+    assert f"d = 100 {runs['mf batch, d=100']['seconds']:.1f} s" in text
+    assert f"on its device {runs['two-layer record-local, 100 answers']['ms']:.2f} ms" in text
+
+
+def test_readme_secure_em_times_are_the_stored_run() -> None:
+    stored = (RESULTS / "secure_duchenne.txt").read_text(encoding="utf-8")
+    inproc = re.search(r"^masking, in-process: .* total ([\d.]+) s", stored, re.M)
+    procs = re.search(r"^masking, one process per worker: .* total ([\d.]+) s", stored, re.M)
+    assert inproc and procs
+    text = " ".join(README.split())
+    assert (
+        f"converges in {float(inproc.group(1)):.0f} s in-process and "
+        f"{float(procs.group(1)):.0f} s with one process per worker" in text
+    )
+
+
+# ---------------------------------------------------------------- the 1e6 comparison table
+
+METHODS = {"majority vote": "mv", "Dawid-Skene": "ds", "one-coin DS": "one-coin-ds"}
+
+
+@pytest.mark.parametrize("label", [f"{m}, K = {k}" for m in METHODS for k in (2, 5)])
+def test_readme_crowdkit_table_is_the_stored_run(label: str) -> None:
+    method, k = label.rsplit(", K = ", 1)
+    stored = next(
+        r
+        for r in _jsonl("inference-1e6-pandas2.txt")[1:]
+        if r.get("data") == f"synthetic K={k}"
+        and r.get("method") == METHODS[method]
+        and r.get("n_answers") == 1_000_000
+    )
+    cells = _row_in(README, f"| {label} |")
+    ours, theirs, ratio, with_coding, same = (float(re.sub(r"[sx% ]", "", c)) for c in cells[1:])
+    # The README rounds: privtd's time to 1 ms, crowd-kit's to 3 digits, ratios to whole or
+    # tenths, agreement to 0.01%.
+    assert abs(ours - stored["privtd_s"]) <= 0.0005 + 1e-9
+    assert abs(theirs - stored["crowdkit_s"]) <= 0.005 * stored["crowdkit_s"]
+    assert abs(ratio - stored["ratio"]) <= 0.5
+    assert abs(with_coding - stored["ratio_with_coding"]) <= 0.5
+    assert abs(same - 100 * stored["same_label"]) <= 0.005 + 1e-9
+
+
+def _whole(x: float) -> int:
+    # Half up, as the README rounds (format's half-to-even turns 76.5 into 76).
+    return int(x + 0.5)
+
+
+def test_readme_1e7_ratios_are_the_stored_run() -> None:
+    stored = {
+        (r["method"], r["data"][-1]): r
+        for r in _jsonl("inference-1e7-pandas2.txt")[1:]
+        if r.get("n_answers") == 10_000_000
+    }
+    text = " ".join(README.split())
+    for label, method in (("Dawid-Skene", "ds"), ("one-coin", "one-coin-ds")):
+        pair = f"{_whole(stored[(method, '2')]['ratio'])}x"
+        assert f"{label} {pair}" in text, (label, pair)
+    mv = f"majority vote {_whole(stored[('mv', '2')]['ratio'])}x and "
+    mv += f"{_whole(stored[('mv', '5')]['ratio'])}x"
+    assert mv in text
+    same = sorted(r["same_label"] for r in stored.values())
+    assert f"with {100 * same[0]:.2f}% to {100 * same[-1]:.0f}% of labels" in text
+
+
+def test_readme_audit_gap_is_the_stored_audit() -> None:
+    text = " ".join(README.split())
+    m = re.search(r"within (\d+)% of the claim at 1e6 samples for the tight ones", text)
+    assert m
+    gaps = [
+        1 - r["lower_bound"] / r["claimed_epsilon"]
+        for r in _jsonl("audit_table.jsonl")
+        if r["verdict"] == "holds (tight)" and r["samples"] == 1_000_000
+    ]
+    assert gaps and max(gaps) <= int(m.group(1)) / 100 and max(gaps) > (int(m.group(1)) - 1) / 100
+
+
+def test_readme_two_layer_range_is_the_calibration() -> None:
+    # A computed figure: the README's comment is what from_epsilon(1.0) gives.
+    from privtd.mechanisms import TwoLayerRR
+
+    m = re.search(r"from_epsilon\(1\.0\) +# f_u ~ U\(0, (0\.\d+)\)", README)
+    assert m and float(m.group(1)) == round(TwoLayerRR.from_epsilon(1.0).b, 4)
+
+
+def test_scale_doc_demo_times_are_the_stored_runs() -> None:
+    runs = {r["run"]: r["seconds"] for r in _jsonl("demo_first_run.txt")}
+    text = " ".join((ROOT / "docs" / "scale.md").read_text(encoding="utf-8").split())
+    assert (
+        f"took {runs['default']:.1f} s ({runs['numpy']:.1f} s with `PRIVTD_BACKEND=numpy`); "
+        f"forced onto numba it took {runs['numba, cold cache']:.1f} s with a cold cache, "
+        f"compiling, and {runs['numba, warm cache']:.1f} s with a warm one" in text
+    )
+
+
+def test_reproduction_loaded_total_is_the_stored_runs() -> None:
+    loaded = (RESULTS / "reproduce_defaults_loaded.txt").read_text(encoding="utf-8")
+    walls = dict(re.findall(r"^## (\w+): (\d+) s wall", loaded, re.M))
+    assert set(walls) == set(CHECK_SOURCES)
+    total = sum(int(w) for w in walls.values())
+    assert f"took {total} s together ({_whole(total / 60)} min;" in " ".join(REPRODUCTION.split())

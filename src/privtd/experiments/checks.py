@@ -9,7 +9,6 @@ difference are discussed in ``docs/reproduction.md``.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -374,9 +373,31 @@ def markdown(checks: list[Check]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(checks: dict[str, list[Check]]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
+BEYOND = "privtd, beyond the paper"
+VERDICTS = ("reproduced", "in trend", "differs")
+
+
+def is_beyond(check: Check) -> bool:
+    """A check of privtd's own estimators, not a claim the paper makes."""
+    return check["claim"].startswith(BEYOND)
+
+
+def summary(checks: dict[str, list[Check]]) -> dict[str, dict[str, int]]:
+    """Verdict counts, the papers' claims (``"papers"``) apart from privtd's own checks
+    (``"beyond"``): a fidelity count must not mix what the papers claim with what we add."""
+    counts = {kind: dict.fromkeys(VERDICTS, 0) for kind in ("papers", "beyond")}
     for items in checks.values():
         for c in items:
-            counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+            counts["beyond" if is_beyond(c) else "papers"][c["verdict"]] += 1
     return counts
+
+
+def summary_sentence(counts: dict[str, dict[str, int]]) -> str:
+    """The counts as the README and the fidelity report state them."""
+    p, b = counts["papers"], counts["beyond"]
+    return (
+        f"{p['reproduced']} of the papers' {sum(p.values())} claims reproduced, "
+        f"{p['in trend']} in trend, {p['differs']} differ; {sum(b.values())} "
+        f"beyond-the-paper checks of privtd's own estimators, of which {b['reproduced']} hold, "
+        f"{b['in trend']} in trend, {b['differs']} differ"
+    )
