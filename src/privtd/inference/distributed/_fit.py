@@ -68,16 +68,42 @@ class _Coded:
         return self.counts
 
 
+@dataclass(frozen=True)
+class _Lean:
+    """The per-task state of a pass that was not kept: the pass and its parameters (a value,
+    or a future every shard reads), from which each shard recomputes it when it is needed
+    (the results, a mirrored start). The posteriors of DawidSkene, OneCoinDawidSkene, the
+    aware estimators and MajorityVote are functions of the shard and the per-worker
+    parameters, so nothing per task stays on the workers between their passes."""
+
+    fn: Callable[..., Any]
+    params: Any
+
+
 class _Passes:
     """Runs one pass of a per-shard function over every shard and gathers the statistics."""
 
     def __init__(self, data: DistributedAnswers) -> None:
         self.data = data
         self.client = data.client
-        self.outs: list[Any] = [None] * data.n_partitions
+        self.outs: list[Any] | _Lean | None = None
         self.has_gold = False
         self.output: str | None = None  # a folder the workers write the results into
         self.written_probas = False
+
+    def _states(self) -> list[Any]:
+        """Each shard's final (state, stats), as futures: recomputed for a lean pass."""
+        outs = self.outs
+        if not isinstance(outs, _Lean):
+            assert outs is not None
+            return outs
+        submit, backend = self.client.submit, _kernels.get_backend()
+        return [
+            submit(
+                _on_shard, outs.fn, backend, False, shard, None, None, None, outs.params, pure=False
+            )
+            for shard in self.data.shards
+        ]
 
     def write(self, folder: str) -> None:
         """Each shard's final results written by the worker that holds it, as
@@ -96,22 +122,24 @@ class _Passes:
                     os.path.join(folder, f"part-{p:0{width}d}.parquet"),
                     pure=False,
                 )
-                for p, (shard, out) in enumerate(zip(self.data.shards, self.outs, strict=True))
+                for p, (shard, out) in enumerate(zip(self.data.shards, self._states(), strict=True))
             ],
         )
         self.written_probas = bool(written) and written[0][1]
 
     def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
-        """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
-        the statistics come back summed over the shards."""
+        """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is
+        (or, for a lean pass, is recomputed when needed), the statistics come back summed over
+        the shards."""
         self.outs, stats = self.apply(fn, self.outs, params)
         return stats
 
     def apply(
-        self, fn: Callable[..., Any], prev: list[Any] | None, params: Any = None
-    ) -> tuple[list[Any], Any]:
+        self, fn: Callable[..., Any], prev: list[Any] | _Lean | None, params: Any = None
+    ) -> tuple[list[Any] | _Lean, Any]:
         """One pass from the given previous states (None: none); its per-shard futures (the
-        new states) and the statistics summed over the shards (``_shard.combine``).
+        new states; a :class:`_Lean` for a pass whose state is recomputed rather than kept)
+        and the statistics summed over the shards (``_shard.combine``).
 
         Each pass is a task that depends on its shard and on the previous pass's task (unless
         it reads nothing of it: ``_shard.STATELESS``). Dask keeps that lineage while a later
@@ -121,11 +149,20 @@ class _Passes:
         if _nbytes(params) > _SHARED_BYTES:
             params = submit(_shard.const, params, pure=False)
         backend = _kernels.get_backend()
-        if prev is None or getattr(fn, "__name__", "") in _shard.STATELESS:
-            prev = [None] * self.data.n_partitions
+        name = getattr(fn, "__name__", "")
+        n = self.data.n_partitions
+        if prev is None or name in _shard.STATELESS:
+            prev = None
+        lean = name in _shard.RECOMPUTABLE and prev is None
+        args: list[tuple[Any, Any, Any]]
+        if isinstance(prev, _Lean):
+            # The previous state is recomputed inside this pass's task, on the shard's worker.
+            args = [(None, prev.fn, prev.params)] * n
+        else:
+            args = [(out, None, None) for out in (prev or [None] * n)]
         outs = [
-            submit(_on_shard, fn, backend, shard, out, params, pure=False)
-            for shard, out in zip(self.data.shards, prev, strict=True)
+            submit(_on_shard, fn, backend, lean, shard, *arg, params, pure=False)
+            for shard, arg in zip(self.data.shards, args, strict=True)
         ]
         # A tree reduction on the workers: neighbours added pairwise, level by level, in
         # partition order, so the sum is the same for the same partitioning and the client
@@ -135,7 +172,7 @@ class _Passes:
             pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
             level = [submit(_shard.combine, *p, pure=False) if len(p) == 2 else p[0] for p in pairs]
         [total] = gather(self.client, level)
-        return outs, total
+        return (_Lean(fn, params) if lean else outs), total
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
         """The per-task results, gathered once and put in the in-memory order of tasks; with
@@ -149,7 +186,7 @@ class _Passes:
             self.client,
             [
                 self.client.submit(_shard.results, s, o, pure=False)
-                for s, o in zip(self.data.shards, self.outs, strict=True)
+                for s, o in zip(self.data.shards, self._states(), strict=True)
             ],
         )
         ids = parts[0]["ids"].append([p["ids"] for p in parts[1:]])
@@ -161,7 +198,18 @@ class _Passes:
         return pd.Index(ids.take(order), name="task"), truth, proba
 
 
-def _on_shard(fn: Callable[..., Any], backend: str, shard: Any, out: Any, params: Any) -> Any:
+def _on_shard(
+    fn: Callable[..., Any],
+    backend: str,
+    lean: bool,
+    shard: Any,
+    out: Any,
+    prev_fn: Callable[..., Any] | None,
+    prev_params: Any,
+    params: Any,
+) -> Any:
+    """``fn(shard, out, params)`` on a worker; ``prev_fn``: the previous state was not kept,
+    recompute it first; ``lean``: drop the new state, keep the statistics only."""
     # A worker process runs the client's kernel backend, so both compute the same sums.
     if _kernels.get_backend() != backend:
         _kernels.set_backend(backend)
@@ -169,7 +217,10 @@ def _on_shard(fn: Callable[..., Any], backend: str, shard: Any, out: Any, params
         # Shards are the parallelism on a cluster (one process per core): numba's own threads
         # in every worker would only fight over the same cores.
         _kernels.numba.set_num_threads(1)
-    return fn(shard, out, params)
+    if prev_fn is not None:
+        out = (prev_fn(shard, None, prev_params)[0], None)
+    state, stats = fn(shard, out, params)
+    return (None if lean else state), stats
 
 
 def _nbytes(params: Any) -> int:
@@ -412,7 +463,7 @@ def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
 class _Mirrored:
     """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
 
-    outs: list[Any]
+    outs: list[Any] | _Lean
 
 
 class _ShardTruth:
@@ -430,24 +481,24 @@ class _ShardTruth:
         self.data, self.passes = data, passes
         self.start_fn, self.step_fn = start_fn, step_fn
 
-    def start(self, mu: _Mirrored | None) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    def start(self, mu: _Mirrored | None) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray]:
         prev = None if mu is None else mu.outs
         outs, stats = self.passes.apply(self.start_fn, prev, mu is not None)
         return outs, _total(stats, 0), _total(stats, 1)
 
-    def step(self, *params: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray, float]:
+    def step(self, *params: np.ndarray) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray, float]:
         outs, stats = self.passes.apply(self.step_fn, None, params)
         return outs, _total(stats, 0), _total(stats, 1), float(_total(stats, 2))
 
-    def agreement(self, outs: list[Any]) -> float:
+    def agreement(self, outs: list[Any] | _Lean) -> float:
         _, stats = self.passes.apply(_shard.majority_agree, outs)
         return float(stats) / self.data.n_tasks
 
     @staticmethod
-    def mirror(outs: list[Any]) -> _Mirrored:
+    def mirror(outs: list[Any] | _Lean) -> _Mirrored:
         return _Mirrored(outs)
 
-    def finish(self, outs: list[Any]) -> tuple[Answers, np.ndarray]:
+    def finish(self, outs: list[Any] | _Lean) -> tuple[Answers, np.ndarray]:
         self.passes.outs = outs
         tasks, _, mu = self.passes.collect()
         assert mu is not None
