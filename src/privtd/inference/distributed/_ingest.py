@@ -146,15 +146,17 @@ def ingest(
     """Read answer files on the cluster, code them once and keep them there as shards.
 
     Three steps, all run by the workers: each file is read and summarised (its worker ids and
-    labels); the client merges those into the global codes (the order the in-memory
-    :meth:`privtd.Answers.from_frame` gives the concatenated files) and broadcasts them; each
-    file is coded and split by a hash of the task id, and each shard gathers its pieces from
-    every file (the one shuffle, done once). Parameters as :meth:`privtd.Answers.from_frame`;
-    ``partitions`` is the number of shards (default: enough for about 5e6 answers each, and at
-    least one per worker thread); ``labels``, the label domain in its order, where some labels
-    may have no answer (default: the labels found, sorted); ``group_answers``, how many
-    answers' pieces the shuffle holds at once (default 1.5e8): above it, the shards are built
-    a group at a time and every file is read once per group.
+    labels; the table is not kept); the client merges those into the global codes (the order
+    the in-memory :meth:`privtd.Answers.from_frame` gives the concatenated files) and
+    broadcasts them; each file is read again, coded and split by a hash of the task id, and
+    each shard gathers its pieces from every file (the one shuffle, done once), a group of
+    shards at a time so that only one group's pieces are in memory. Parameters as
+    :meth:`privtd.Answers.from_frame`; ``partitions`` is the number of shards (default: enough
+    for about 5e6 answers each, and at least one per worker thread); ``labels``, the label
+    domain in its order, where some labels may have no answer (default: the labels found,
+    sorted); ``group_answers``, how many answers' pieces the shuffle holds at once (default
+    1.5e8): above it, the shards are built a group at a time and every file is read once per
+    group.
     """
     _check_choice("kind", kind, ("auto", "categorical", "numeric"))
     _check_choice("on_missing", on_missing, ("error", "drop"))
@@ -229,8 +231,9 @@ def ingest(
     shared = submit(_shard.const, (workers, domain), pure=False)
     n_labels = None if domain is None else len(domain)
     shards: list[Any] = []
+    infos: list[dict[str, Any]] = []
     groups = _groups(n_parts, int(n_rows.sum()), group_answers or GROUP_ANSWERS)
-    for g, (lo, hi) in enumerate(groups):
+    for lo, hi in groups:
         # Each file is read again for each group and only the group's rows are kept: one
         # group's pieces (about 17 bytes per answer) are in memory at a time, never every
         # file's, at the cost of reading the files once per group.
@@ -263,10 +266,10 @@ def ingest(
         # be rebuilt from the files.
         del pieces
         shards += built
-        if g + 1 < len(groups):
-            _wait(built)
+        # The group's descriptions gathered before the next group starts: the barrier that
+        # keeps one group's pieces in memory at a time.
+        infos += gather(client, [submit(_shard.describe, s, pure=False) for s in built])
     del shared
-    infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
         t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])
@@ -302,13 +305,6 @@ def _groups(n_parts: int, n_answers: int, group_answers: int) -> list[tuple[int,
     n_groups = max(1, min(n_parts, math.ceil(n_answers / group_answers)))
     bounds = [round(i * n_parts / n_groups) for i in range(n_groups + 1)]
     return list(itertools.pairwise(bounds))
-
-
-def _wait(futures: list[Any]) -> None:
-    """Until the futures are done (or failed: ``gather`` reports that afterwards)."""
-    from distributed import wait
-
-    wait(futures)
 
 
 def _check_id_types(files: list[str], summaries: list[dict[str, Any]]) -> None:
