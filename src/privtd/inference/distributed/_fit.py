@@ -91,18 +91,21 @@ class _Passes:
         self.output: str | None = None  # a folder the workers write the results into
         self.written_probas = False
 
-    def _states(self) -> list[Any]:
-        """Each shard's final (state, stats), as futures: recomputed for a lean pass."""
-        outs = self.outs
-        if not isinstance(outs, _Lean):
-            assert outs is not None
-            return outs
-        submit, backend = self.client.submit, _kernels.get_backend()
+    def _finish(self, fn: Callable[..., Any], extra: list[tuple[Any, ...]]) -> list[Any]:
+        """``fn(shard, (state, stats), *extra[p])`` on each shard ``p`` with its final state:
+        the kept one, or for a lean pass recomputed in the same task, so that only one
+        shard's state exists at a time on a worker rather than every shard's at once."""
+        outs, shards, submit = self.outs, self.data.shards, self.client.submit
+        if isinstance(outs, _Lean):
+            backend = _kernels.get_backend()
+            return [
+                submit(_final, fn, backend, s, None, outs.fn, outs.params, *e, pure=False)
+                for s, e in zip(shards, extra, strict=True)
+            ]
+        assert outs is not None
         return [
-            submit(
-                _on_shard, outs.fn, backend, False, shard, None, None, None, outs.params, pure=False
-            )
-            for shard in self.data.shards
+            submit(_final, fn, None, s, out, None, None, *e, pure=False)
+            for s, out, e in zip(shards, outs, extra, strict=True)
         ]
 
     def write(self, folder: str) -> None:
@@ -111,20 +114,11 @@ class _Passes:
         client = self.client
         labels = client.submit(_shard.const, self.data.labels, pure=False)
         width = max(5, len(str(self.data.n_partitions)))
-        written = gather(
-            client,
-            [
-                client.submit(
-                    _shard.write_results,
-                    shard,
-                    out,
-                    labels,
-                    os.path.join(folder, f"part-{p:0{width}d}.parquet"),
-                    pure=False,
-                )
-                for p, (shard, out) in enumerate(zip(self.data.shards, self._states(), strict=True))
-            ],
-        )
+        paths = [
+            (labels, os.path.join(folder, f"part-{p:0{width}d}.parquet"))
+            for p in range(self.data.n_partitions)
+        ]
+        written = gather(client, self._finish(_shard.write_results, paths))
         self.written_probas = bool(written) and written[0][1]
 
     def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
@@ -182,13 +176,7 @@ class _Passes:
             k = 0 if self.data.labels is None else self.data.n_labels
             none = np.zeros((0, k)) if self.written_probas else None
             return pd.Index([], name="task"), np.zeros(0, dtype=np.int64), none
-        parts = gather(
-            self.client,
-            [
-                self.client.submit(_shard.results, s, o, pure=False)
-                for s, o in zip(self.data.shards, self._states(), strict=True)
-            ],
-        )
+        parts = gather(self.client, self._finish(_shard.results, [()] * self.data.n_partitions))
         ids = parts[0]["ids"].append([p["ids"] for p in parts[1:]])
         order = np.argsort(np.concatenate([p["first_row"] for p in parts]), kind="stable")
         truth = np.concatenate([p["truth"] for p in parts])[order]
@@ -221,6 +209,22 @@ def _on_shard(
         out = (prev_fn(shard, None, prev_params)[0], None)
     state, stats = fn(shard, out, params)
     return (None if lean else state), stats
+
+
+def _final(
+    fn: Callable[..., Any],
+    backend: str | None,
+    shard: Any,
+    out: Any,
+    prev_fn: Callable[..., Any] | None,
+    prev_params: Any,
+    *extra: Any,
+) -> Any:
+    """``fn(shard, out, *extra)``; with ``prev_fn``, ``out`` recomputed first (a lean pass)."""
+    if prev_fn is not None:
+        assert backend is not None
+        out = _on_shard(prev_fn, backend, False, shard, None, None, None, prev_params)
+    return fn(shard, out, *extra)
 
 
 def _nbytes(params: Any) -> int:
