@@ -13,8 +13,15 @@ Memory: a thread samples, every 0.5 s, the resident set of this process and of e
 under it (the LocalCluster's nannies and workers) and keeps the peak of their sum, overall and
 per phase. Kernels are compiled (or loaded from numba's cache) on a small fit first.
 
+``--dir`` holding ``part-*.parquet`` files already (e.g. /work/gen_answers.py's 1e9 answers)
+is used as it is, nothing generated. ``--output`` makes the workers write the per-task results
+as Parquet there (``fit_distributed(output=)``), as a 1e9 run must: 2e8 tasks' results
+gathered on the client would not fit. ``--memory-limit`` caps each Dask worker (it spills to
+disk past Dask's thresholds of it).
+
     python benchmarks/bench_distributed.py --answers 1e7 --workers 2 --dir /tmp/privtd-dist
-    python benchmarks/bench_distributed.py --answers 1e9 --workers 2 --memory-max 0 ...
+    python benchmarks/bench_distributed.py --answers 1e9 --dir /work/data1e9 --memory-max 0 \
+        --memory-limit 7GB --output /work/out1e9
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -188,6 +196,13 @@ def main() -> None:
     )
     parser.add_argument("--spark-iterations", type=int, default=10)
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--memory-limit", default=None, help="per Dask worker, e.g. 7GB")
+    parser.add_argument(
+        "--group-answers", type=float, default=None, help="ingest's group size (answers)"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=None, help="workers write the results here (a folder)"
+    )
     args = parser.parse_args()
     from privtd import Answers
     from privtd.errors import ConvergenceWarning
@@ -196,9 +211,13 @@ def main() -> None:
 
     warnings.simplefilter("ignore", ConvergenceWarning)
     n_answers, n_crowd = int(args.answers), int(args.n_workers)
-    folder = args.dir / f"{n_answers:d}-w{n_crowd:d}"
     start = time.perf_counter()
-    files = generate(n_answers, n_crowd, folder)
+    if sorted(args.dir.glob("part-*.parquet")):  # answers already there: used as they are
+        folder = args.dir
+        files = sorted(folder.glob("part-*.parquet"))
+    else:
+        folder = args.dir / f"{n_answers:d}-w{n_crowd:d}"
+        files = generate(n_answers, n_crowd, folder)
     result: dict = {
         "n_answers": n_answers,
         "n_crowd_workers": n_crowd,
@@ -206,6 +225,7 @@ def main() -> None:
         "generate_seconds": round(time.perf_counter() - start, 3),
         "backend": _kernels.get_backend(),
         "load_average": os.getloadavg(),
+        "memory_limit": args.memory_limit,
     }
     if args.generate_only:
         print(json.dumps(result, indent=1))
@@ -230,7 +250,7 @@ def main() -> None:
         result["memory"]["threads"] = _kernels.numba.get_num_threads()
         del answers, small
     memory.phase("cluster-start")
-    with connect(workers=args.workers) as client:
+    with connect(workers=args.workers, memory_limit=args.memory_limit) as client:
         # The workers import privtd (and load the kernels) once; the in-memory side already has.
         client.run(lambda: __import__("privtd.inference.distributed._shard"))
         warm = ingest(files[0], client, partitions=args.workers)
@@ -241,18 +261,27 @@ def main() -> None:
         # What the processes hold before any answer: interpreters, numba, Dask (fixed cost).
         baseline = memory.total()
         start = time.perf_counter()
-        data = ingest(folder, client, partitions=args.partitions)
+        group = None if args.group_answers is None else int(args.group_answers)
+        data = ingest(folder, client, partitions=args.partitions, group_answers=group)
         result["dask"] = {
             "workers": args.workers,
             "partitions": data.n_partitions,
             "ingest": round(time.perf_counter() - start, 3),
         }
+        print(json.dumps(result), flush=True)  # progress: a long run's ingest figures first
         for method, params in methods.items():
             memory.phase(f"dask-{method}")
+            out = None
+            if args.output is not None:
+                out = args.output / method
+                if out.exists():
+                    shutil.rmtree(out)
+                args.output.mkdir(parents=True, exist_ok=True)
             result["dask"][method], est = timed_fit(
-                lambda e: fit_distributed(e, data), method, params
+                lambda e, o=out: fit_distributed(e, data, output=o), method, params
             )
-            if method in mem_fits:
+            print(json.dumps(result["dask"][method]), flush=True)
+            if method in mem_fits and out is None:
                 result["dask"][method]["same_labels"] = bool(
                     est.truths_.equals(mem_fits[method].truths_)
                 )

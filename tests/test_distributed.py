@@ -553,6 +553,33 @@ def test_gold_naming_an_unknown_task_or_label_is_one_line(ingested):
         fit_distributed(make_estimator("mv"), data, gold={"t0": 99})
 
 
+def _held(shard):
+    """The names of the per-answer arrays a shard keeps, and the dtype kinds of all it keeps."""
+    arrays = {k: v for k, v in vars(shard).items() if isinstance(v, np.ndarray)}
+    per_answer = sorted(k for k, v in arrays.items() if len(v) == shard.n_answers)
+    return per_answer, {v.dtype.kind for v in arrays.values()}
+
+
+@pytest.mark.parametrize("method", ["one-coin-ds", "ds", "mv"])
+def test_shards_built_in_groups_are_lean_and_give_the_same_fit(method, files, client, tmp_path):
+    """Integer task ids (the fast hash), shards built 2 at a time (each file read once per
+    group): the fit is the in-memory one, and a shard keeps only worker and label codes per
+    answer (no task codes) and no floats."""
+    frame = files["bin_frame"].copy()
+    frame["task"] = frame["task"].str[1:].astype(np.int64) * 7919  # spread, not 0..n
+    frame["worker"] = frame["worker"].str[1:].astype(np.int64)
+    for i, part in enumerate(_split(frame, 2)):
+        part.to_parquet(tmp_path / f"part-{i}.parquet", index=False)
+    data = ingest(tmp_path, client, partitions=5, group_answers=len(frame) // 3)
+    assert data.n_answers == len(frame) and data.n_partitions == 5
+    params = {"max_iter": 6, "tol": 0.0} if method != "mv" else {}
+    mem, dist = _both(method, params, frame, data)
+    _assert_same(mem, dist, numeric=False)
+    for per_answer, kinds in client.gather([client.submit(_held, s) for s in data.shards]):
+        assert per_answer == ["value", "worker"]
+        assert kinds <= {"i", "u"}
+
+
 def test_tree_reduction_adds_in_float64_and_takes_the_largest_change():
     from privtd.inference.distributed._shard import Largest, combine
 

@@ -31,7 +31,10 @@ def default_workers() -> int:
 
 @contextmanager
 def connect(
-    scheduler: str | None = None, workers: int | None = None, client: Any = None
+    scheduler: str | None = None,
+    workers: int | None = None,
+    client: Any = None,
+    memory_limit: str | int | None = None,
 ) -> Iterator[Any]:
     """A ``distributed.Client`` for the duration of a ``with`` block.
 
@@ -45,15 +48,20 @@ def connect(
         per core.
     client : distributed.Client, optional
         Use this client as is (it is not closed on exit).
+    memory_limit : str or int, optional
+        For a LocalCluster: each worker's memory limit (bytes, or ``"7GB"``); past Dask's
+        thresholds of it (``distributed.worker.memory.*``: 60% by default) a worker spills
+        what it holds to its local disk rather than grow, pauses, and at 95% is restarted.
+        Default: Dask's (the machine's memory shared among the workers).
     """
     if client is not None:
-        if scheduler is not None or workers is not None:
+        if scheduler is not None or workers is not None or memory_limit is not None:
             raise ValidationError("Pass a client, or a scheduler / worker count, not both.")
         yield client
         return
     dist = require_distributed()
     if scheduler is not None:
-        if workers is not None:
+        if workers is not None or memory_limit is not None:
             raise ValidationError(
                 "--workers starts a cluster on this machine; a scheduler's cluster has its own "
                 "workers. Pass one of --scheduler and --workers."
@@ -85,6 +93,7 @@ def connect(
         # free loopback port rather than 8787, which another cluster may hold.
         scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         silence_logs=logging.ERROR,
+        memory_limit="auto" if memory_limit is None else memory_limit,
     )
     local = dist.Client(cluster, set_as_default=False)
     try:

@@ -68,16 +68,45 @@ class _Coded:
         return self.counts
 
 
+@dataclass(frozen=True)
+class _Lean:
+    """The per-task state of a pass that was not kept: the pass and its parameters (a value,
+    or a future every shard reads), from which each shard recomputes it when it is needed
+    (the results, a mirrored start). The posteriors of DawidSkene, OneCoinDawidSkene, the
+    aware estimators and MajorityVote are functions of the shard and the per-worker
+    parameters, so nothing per task stays on the workers between their passes."""
+
+    fn: Callable[..., Any]
+    params: Any
+
+
 class _Passes:
     """Runs one pass of a per-shard function over every shard and gathers the statistics."""
 
     def __init__(self, data: DistributedAnswers) -> None:
         self.data = data
         self.client = data.client
-        self.outs: list[Any] = [None] * data.n_partitions
+        self.outs: list[Any] | _Lean | None = None
         self.has_gold = False
         self.output: str | None = None  # a folder the workers write the results into
         self.written_probas = False
+
+    def _finish(self, fn: Callable[..., Any], extra: list[tuple[Any, ...]]) -> list[Any]:
+        """``fn(shard, (state, stats), *extra[p])`` on each shard ``p`` with its final state:
+        the kept one, or for a lean pass recomputed in the same task, so that only one
+        shard's state exists at a time on a worker rather than every shard's at once."""
+        outs, shards, submit = self.outs, self.data.shards, self.client.submit
+        if isinstance(outs, _Lean):
+            backend = _kernels.get_backend()
+            return [
+                submit(_final, fn, backend, s, None, outs.fn, outs.params, *e, pure=False)
+                for s, e in zip(shards, extra, strict=True)
+            ]
+        assert outs is not None
+        return [
+            submit(_final, fn, None, s, out, None, None, *e, pure=False)
+            for s, out, e in zip(shards, outs, extra, strict=True)
+        ]
 
     def write(self, folder: str) -> None:
         """Each shard's final results written by the worker that holds it, as
@@ -85,33 +114,26 @@ class _Passes:
         client = self.client
         labels = client.submit(_shard.const, self.data.labels, pure=False)
         width = max(5, len(str(self.data.n_partitions)))
-        written = gather(
-            client,
-            [
-                client.submit(
-                    _shard.write_results,
-                    shard,
-                    out,
-                    labels,
-                    os.path.join(folder, f"part-{p:0{width}d}.parquet"),
-                    pure=False,
-                )
-                for p, (shard, out) in enumerate(zip(self.data.shards, self.outs, strict=True))
-            ],
-        )
+        paths = [
+            (labels, os.path.join(folder, f"part-{p:0{width}d}.parquet"))
+            for p in range(self.data.n_partitions)
+        ]
+        written = gather(client, self._finish(_shard.write_results, paths))
         self.written_probas = bool(written) and written[0][1]
 
     def run(self, fn: Callable[..., Any], params: Any = None) -> Any:
-        """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is,
-        the statistics come back summed over the shards."""
+        """``fn(shard, previous, params)`` on each shard; the per-task state stays where it is
+        (or, for a lean pass, is recomputed when needed), the statistics come back summed over
+        the shards."""
         self.outs, stats = self.apply(fn, self.outs, params)
         return stats
 
     def apply(
-        self, fn: Callable[..., Any], prev: list[Any] | None, params: Any = None
-    ) -> tuple[list[Any], Any]:
+        self, fn: Callable[..., Any], prev: list[Any] | _Lean | None, params: Any = None
+    ) -> tuple[list[Any] | _Lean, Any]:
         """One pass from the given previous states (None: none); its per-shard futures (the
-        new states) and the statistics summed over the shards (``_shard.combine``).
+        new states; a :class:`_Lean` for a pass whose state is recomputed rather than kept)
+        and the statistics summed over the shards (``_shard.combine``).
 
         Each pass is a task that depends on its shard and on the previous pass's task (unless
         it reads nothing of it: ``_shard.STATELESS``). Dask keeps that lineage while a later
@@ -121,11 +143,20 @@ class _Passes:
         if _nbytes(params) > _SHARED_BYTES:
             params = submit(_shard.const, params, pure=False)
         backend = _kernels.get_backend()
-        if prev is None or getattr(fn, "__name__", "") in _shard.STATELESS:
-            prev = [None] * self.data.n_partitions
+        name = getattr(fn, "__name__", "")
+        n = self.data.n_partitions
+        if prev is None or name in _shard.STATELESS:
+            prev = None
+        lean = name in _shard.RECOMPUTABLE and prev is None
+        args: list[tuple[Any, Any, Any]]
+        if isinstance(prev, _Lean):
+            # The previous state is recomputed inside this pass's task, on the shard's worker.
+            args = [(None, prev.fn, prev.params)] * n
+        else:
+            args = [(out, None, None) for out in (prev or [None] * n)]
         outs = [
-            submit(_on_shard, fn, backend, shard, out, params, pure=False)
-            for shard, out in zip(self.data.shards, prev, strict=True)
+            submit(_on_shard, fn, backend, lean, shard, *arg, params, pure=False)
+            for shard, arg in zip(self.data.shards, args, strict=True)
         ]
         # A tree reduction on the workers: neighbours added pairwise, level by level, in
         # partition order, so the sum is the same for the same partitioning and the client
@@ -135,7 +166,7 @@ class _Passes:
             pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
             level = [submit(_shard.combine, *p, pure=False) if len(p) == 2 else p[0] for p in pairs]
         [total] = gather(self.client, level)
-        return outs, total
+        return (_Lean(fn, params) if lean else outs), total
 
     def collect(self) -> tuple[pd.Index, np.ndarray, np.ndarray | None]:
         """The per-task results, gathered once and put in the in-memory order of tasks; with
@@ -145,13 +176,7 @@ class _Passes:
             k = 0 if self.data.labels is None else self.data.n_labels
             none = np.zeros((0, k)) if self.written_probas else None
             return pd.Index([], name="task"), np.zeros(0, dtype=np.int64), none
-        parts = gather(
-            self.client,
-            [
-                self.client.submit(_shard.results, s, o, pure=False)
-                for s, o in zip(self.data.shards, self.outs, strict=True)
-            ],
-        )
+        parts = gather(self.client, self._finish(_shard.results, [()] * self.data.n_partitions))
         ids = parts[0]["ids"].append([p["ids"] for p in parts[1:]])
         order = np.argsort(np.concatenate([p["first_row"] for p in parts]), kind="stable")
         truth = np.concatenate([p["truth"] for p in parts])[order]
@@ -161,7 +186,18 @@ class _Passes:
         return pd.Index(ids.take(order), name="task"), truth, proba
 
 
-def _on_shard(fn: Callable[..., Any], backend: str, shard: Any, out: Any, params: Any) -> Any:
+def _on_shard(
+    fn: Callable[..., Any],
+    backend: str,
+    lean: bool,
+    shard: Any,
+    out: Any,
+    prev_fn: Callable[..., Any] | None,
+    prev_params: Any,
+    params: Any,
+) -> Any:
+    """``fn(shard, out, params)`` on a worker; ``prev_fn``: the previous state was not kept,
+    recompute it first; ``lean``: drop the new state, keep the statistics only."""
     # A worker process runs the client's kernel backend, so both compute the same sums.
     if _kernels.get_backend() != backend:
         _kernels.set_backend(backend)
@@ -169,7 +205,26 @@ def _on_shard(fn: Callable[..., Any], backend: str, shard: Any, out: Any, params
         # Shards are the parallelism on a cluster (one process per core): numba's own threads
         # in every worker would only fight over the same cores.
         _kernels.numba.set_num_threads(1)
-    return fn(shard, out, params)
+    if prev_fn is not None:
+        out = (prev_fn(shard, None, prev_params)[0], None)
+    state, stats = fn(shard, out, params)
+    return (None if lean else state), stats
+
+
+def _final(
+    fn: Callable[..., Any],
+    backend: str | None,
+    shard: Any,
+    out: Any,
+    prev_fn: Callable[..., Any] | None,
+    prev_params: Any,
+    *extra: Any,
+) -> Any:
+    """``fn(shard, out, *extra)``; with ``prev_fn``, ``out`` recomputed first (a lean pass)."""
+    if prev_fn is not None:
+        assert backend is not None
+        out = _on_shard(prev_fn, backend, False, shard, None, None, None, prev_params)
+    return fn(shard, out, *extra)
 
 
 def _nbytes(params: Any) -> int:
@@ -414,7 +469,7 @@ def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
 class _Mirrored:
     """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
 
-    outs: list[Any]
+    outs: list[Any] | _Lean
 
 
 class _ShardTruth:
@@ -432,24 +487,24 @@ class _ShardTruth:
         self.data, self.passes = data, passes
         self.start_fn, self.step_fn = start_fn, step_fn
 
-    def start(self, mu: _Mirrored | None) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    def start(self, mu: _Mirrored | None) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray]:
         prev = None if mu is None else mu.outs
         outs, stats = self.passes.apply(self.start_fn, prev, mu is not None)
         return outs, _total(stats, 0), _total(stats, 1)
 
-    def step(self, *params: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray, float]:
+    def step(self, *params: np.ndarray) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray, float]:
         outs, stats = self.passes.apply(self.step_fn, None, params)
         return outs, _total(stats, 0), _total(stats, 1), float(_total(stats, 2))
 
-    def agreement(self, outs: list[Any]) -> float:
+    def agreement(self, outs: list[Any] | _Lean) -> float:
         _, stats = self.passes.apply(_shard.majority_agree, outs)
         return float(stats) / self.data.n_tasks
 
     @staticmethod
-    def mirror(outs: list[Any]) -> _Mirrored:
+    def mirror(outs: list[Any] | _Lean) -> _Mirrored:
         return _Mirrored(outs)
 
-    def finish(self, outs: list[Any]) -> tuple[Answers, np.ndarray]:
+    def finish(self, outs: list[Any] | _Lean) -> tuple[Answers, np.ndarray]:
         self.passes.outs = outs
         tasks, _, mu = self.passes.collect()
         assert mu is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -20,6 +21,11 @@ from ._cluster import gather
 
 #: Answers per shard the default partition count aims at (the issue's 1e6-1e7 range).
 SHARD_ANSWERS = 5_000_000
+
+#: Answers whose pieces ingest holds at once (default): the shards are built a group of
+#: partitions at a time, each group reading every file again. At about 17 bytes per answer in
+#: a piece, 1.5e8 answers are about 2.5 GB over the cluster.
+GROUP_ANSWERS = 150_000_000
 
 _EXTENSIONS = (".parquet", ".pq", ".csv")
 
@@ -135,17 +141,22 @@ def ingest(
     single_task: str = "keep",
     single_worker: str = "keep",
     labels: Sequence[Any] | None = None,
+    group_answers: int | None = None,
 ) -> DistributedAnswers:
     """Read answer files on the cluster, code them once and keep them there as shards.
 
     Three steps, all run by the workers: each file is read and summarised (its worker ids and
-    labels); the client merges those into the global codes (the order the in-memory
-    :meth:`privtd.Answers.from_frame` gives the concatenated files) and broadcasts them; each
-    file is coded and split by a hash of the task id, and each shard gathers its pieces from
-    every file (the one shuffle, done once). Parameters as :meth:`privtd.Answers.from_frame`;
-    ``partitions`` is the number of shards (default: enough for about 5e6 answers each, and at
-    least one per worker thread); ``labels``, the label domain in its order, where some labels
-    may have no answer (default: the labels found, sorted).
+    labels; the table is not kept); the client merges those into the global codes (the order
+    the in-memory :meth:`privtd.Answers.from_frame` gives the concatenated files) and
+    broadcasts them; each file is read again, coded and split by a hash of the task id, and
+    each shard gathers its pieces from every file (the one shuffle, done once), a group of
+    shards at a time so that only one group's pieces are in memory. Parameters as
+    :meth:`privtd.Answers.from_frame`; ``partitions`` is the number of shards (default: enough
+    for about 5e6 answers each, and at least one per worker thread); ``labels``, the label
+    domain in its order, where some labels may have no answer (default: the labels found,
+    sorted); ``group_answers``, how many answers' pieces the shuffle holds at once (default
+    1.5e8): above it, the shards are built a group at a time and every file is read once per
+    group.
     """
     _check_choice("kind", kind, ("auto", "categorical", "numeric"))
     _check_choice("on_missing", on_missing, ("error", "drop"))
@@ -159,17 +170,24 @@ def ingest(
         isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
     ):
         raise ValidationError(f"partitions must be an int >= 1. Got {partitions!r}.")
+    if group_answers is not None and (
+        isinstance(group_answers, bool) or not isinstance(group_answers, int) or group_answers < 1
+    ):
+        raise ValidationError(f"group_answers must be an int >= 1. Got {group_answers!r}.")
     if len({task, worker, answer}) < 3:
         raise ValidationError(
             f"The task, worker and answer columns must differ. Got {[task, worker, answer]}."
         )
     files = resolve_files(source)
     submit = client.submit
-    frames = [
-        submit(_shard.read_file, path, file_format(path), (task, worker, answer), pure=False)
-        for path in files
-    ]
-    summaries = gather(client, [submit(_shard.summarise, f, kind, pure=False) for f in frames])
+    columns = (task, worker, answer)
+    summaries = gather(
+        client,
+        [
+            submit(_shard.read_summary, path, file_format(path), columns, kind, pure=False)
+            for path in files
+        ],
+    )
     notes: list[str] = []
     n_rows = np.array([s["n_rows"] for s in summaries], dtype=np.int64)
     n_missing = sum(s["n_missing"] for s in summaries)
@@ -211,27 +229,47 @@ def ingest(
     )
     offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
     shared = submit(_shard.const, (workers, domain), pure=False)
-    pieces = [
-        submit(_code, f, shared, n_parts, int(off), pure=False)
-        for f, off in zip(frames, offsets, strict=True)
-    ]
     n_labels = None if domain is None else len(domain)
-    shards = [
-        submit(
-            _shard.build_shard,
-            len(workers),
-            n_labels,
-            *[submit(_shard.pick, pc, p, pure=False) for pc in pieces],
-            pure=False,
-        )
-        for p in range(n_parts)
-    ]
-    # Dropped before the shards are built, not after: Dask then frees each file's table once
-    # it is coded and each file's pieces once every shard has taken its own, rather than
-    # holding every table and piece until the last shard exists (the peak of ingest). The
-    # scheduler keeps their definitions, so a lost shard can still be rebuilt from the files.
-    del frames, pieces, shared
-    infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
+    shards: list[Any] = []
+    infos: list[dict[str, Any]] = []
+    groups = _groups(n_parts, int(n_rows.sum()), group_answers or GROUP_ANSWERS)
+    for lo, hi in groups:
+        # Each file is read again for each group and only the group's rows are kept: one
+        # group's pieces (about 17 bytes per answer) are in memory at a time, never every
+        # file's, at the cost of reading the files once per group.
+        pieces = [
+            submit(
+                _shard.read_code_split,
+                path,
+                file_format(path),
+                columns,
+                shared,
+                n_parts,
+                (lo, hi),
+                int(off),
+                pure=False,
+            )
+            for path, off in zip(files, offsets, strict=True)
+        ]
+        built = [
+            submit(
+                _shard.build_shard,
+                len(workers),
+                n_labels,
+                *[submit(_shard.pick, pc, p - lo, pure=False) for pc in pieces],
+                pure=False,
+            )
+            for p in range(lo, hi)
+        ]
+        # Dropped before the shards are built: Dask frees each file's pieces once every shard
+        # has taken its own. The scheduler keeps their definitions, so a lost shard can still
+        # be rebuilt from the files.
+        del pieces
+        shards += built
+        # The group's descriptions gathered before the next group starts: the barrier that
+        # keeps one group's pieces in memory at a time.
+        infos += gather(client, [submit(_shard.describe, s, pure=False) for s in built])
+    del shared
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
         t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])
@@ -261,9 +299,12 @@ def ingest(
     )
 
 
-def _code(frame: pd.DataFrame, shared: Any, n_parts: int, offset: int) -> list[_shard.Piece]:
-    workers, labels = shared
-    return _shard.code_and_split(frame, workers, labels, n_parts, offset)
+def _groups(n_parts: int, n_answers: int, group_answers: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of partitions, each expected to hold about ``group_answers``
+    answers (the hash spreads tasks evenly over the partitions)."""
+    n_groups = max(1, min(n_parts, math.ceil(n_answers / group_answers)))
+    bounds = [round(i * n_parts / n_groups) for i in range(n_groups + 1)]
+    return list(itertools.pairwise(bounds))
 
 
 def _check_id_types(files: list[str], summaries: list[dict[str, Any]]) -> None:

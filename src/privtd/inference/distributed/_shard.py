@@ -13,7 +13,7 @@ inputs, so Dask can recompute any of them from its lineage.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from .._ops import (
     weighted_mean_from_sums,
 )
 
-Piece = dict[str, np.ndarray]
+Piece = dict[str, Any]
 
 
 # ---------------------------------------------------------------------- ingest, per file
@@ -67,11 +67,57 @@ def read_file(path: str, fmt: str, columns: tuple[str, str, str]) -> pd.DataFram
     return out
 
 
+def read_summary(path: str, fmt: str, columns: tuple[str, str, str], kind: str) -> dict[str, Any]:
+    """One file read and summarised in one task: the table is not kept (at 1e9 answers the
+    tables of every file would not fit), the file is read again when it is coded."""
+    return summarise(read_file(path, fmt, columns), kind)
+
+
+def read_code_split(
+    path: str,
+    fmt: str,
+    columns: tuple[str, str, str],
+    shared: tuple[pd.Index, pd.Index | None],
+    n_parts: int,
+    parts: tuple[int, int],
+    offset: int,
+) -> list[Piece]:
+    """One file read, its rows of partitions ``parts[0]`` to ``parts[1] - 1`` coded and split
+    (``code_and_split``): ingest takes the partitions a group at a time, so that only one
+    group's pieces are in memory at once."""
+    workers, labels = shared
+    return code_and_split(read_file(path, fmt, columns), workers, labels, n_parts, offset, parts)
+
+
+def _missing(frame: pd.DataFrame) -> np.ndarray:
+    """Rows with a missing cell. Plain numpy integer and boolean columns cannot hold one, so
+    only the other columns are scanned."""
+    na = np.zeros(len(frame), dtype=bool)
+    for name in frame.columns:
+        col = frame[name]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":
+            continue
+        na |= col.isna().to_numpy()
+    return na
+
+
+def task_partition(tasks: pd.Series, n_parts: int) -> np.ndarray:
+    """The partition of each task id: a hash of the id, so that a task's answers go to one
+    partition whatever file they are in. Integer ids (one id type in every file, checked at
+    ingest) take a multiplicative (Fibonacci) hash, several times faster than pandas' hash on
+    1e7 ids; other ids take ``pandas.util.hash_pandas_object``."""
+    if isinstance(tasks.dtype, np.dtype) and tasks.dtype.kind in "iu":
+        key = tasks.to_numpy().astype(np.int64, copy=False).view(np.uint64)
+        mixed = (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+        return mixed % np.uint64(n_parts)
+    return pd.util.hash_pandas_object(tasks, index=False).to_numpy() % np.uint64(n_parts)
+
+
 def summarise(frame: pd.DataFrame, kind: str) -> dict[str, Any]:
     """What the client needs to code every file the same way: row and missing counts, the
     worker ids and labels in order of first appearance (rows with a missing cell left out, as
     :meth:`privtd.Answers.from_frame` leaves them out before it codes)."""
-    na = frame.isna().any(axis=1).to_numpy()
+    na = _missing(frame)
     kept = frame[~na] if na.any() else frame
     answer = kept["answer"]
     want_labels = kind == "categorical" or (kind == "auto" and not _is_float(answer))
@@ -110,30 +156,42 @@ def code_and_split(
     labels: pd.Index | None,
     n_parts: int,
     offset: int,
+    parts: tuple[int, int] | None = None,
 ) -> list[Piece]:
     """Code one file's workers and answers against the global indexes and split its rows by
-    task into ``n_parts`` pieces (a task's hash picks its piece, so each task lands whole in
-    one shard whatever file its answers come from). Task ids stay raw: a shard codes them."""
-    keep = ~frame.isna().any(axis=1).to_numpy()
-    rows = np.flatnonzero(keep) + offset  # global row numbers: the order of first appearance
-    if not keep.all():
-        frame = frame[keep]
+    task into pieces, one per partition of ``parts`` (default: all ``n_parts``); a task's hash
+    picks its partition, so each task lands whole in one shard whatever file its answers come
+    from. Task ids stay raw: a shard codes them. Rows are numbered in the file (``row``, int32
+    where they fit) and ``offset`` gives the file's first global row."""
+    lo, hi = (0, n_parts) if parts is None else parts
+    part = task_partition(frame["task"], n_parts)
+    keep = ~_missing(frame)
+    if lo > 0 or hi < n_parts:
+        keep &= (part >= np.uint64(lo)) & (part < np.uint64(hi))
+    rows = np.flatnonzero(keep)
+    if rows.size < len(frame):
+        frame, part = frame.take(rows), part[rows]
+    rows = rows.astype(_code_dtype(len(keep)))
     w_codes = workers.get_indexer(pd.Index(frame["worker"])).astype(_code_dtype(len(workers)))
     if labels is None:
         value, _, _ = _code_numeric(frame["answer"], None, "answer")
     else:
         value = labels.get_indexer(pd.Index(frame["answer"]))
         value = value.astype(np.int8 if len(labels) <= 127 else np.int32)
-    tasks = frame["task"]
-    part = pd.util.hash_pandas_object(tasks, index=False).to_numpy() % np.uint64(n_parts)
     order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(n_parts + 1))
-    ids = tasks.to_numpy()
+    bounds = np.searchsorted(part[order], np.arange(lo, hi + 1, dtype=np.uint64))
+    ids = frame["task"].to_numpy()
     pieces = []
-    for p in range(n_parts):
+    for p in range(hi - lo):
         sel = order[bounds[p] : bounds[p + 1]]
         pieces.append(
-            {"task": ids[sel], "worker": w_codes[sel], "value": value[sel], "row": rows[sel]}
+            {
+                "task": ids[sel],
+                "worker": w_codes[sel],
+                "value": value[sel],
+                "row": rows[sel],
+                "offset": np.int64(offset),
+            }
         )
     return pieces
 
@@ -152,45 +210,84 @@ def const(value: Any) -> Any:
 # ---------------------------------------------------------------------- the shard
 class Shard:
     """Every answer of some tasks, sorted by task (stably, so each task's answers keep their
-    input order and per-task sums are bit-for-bit the in-memory ones).
+    input order and per-task sums are bit-for-bit the in-memory ones), in a lean layout: what
+    a shard keeps between passes is about 5 bytes per answer (a worker code and a label code)
+    and a few per task (its slice, its id and its first row), so that 1e9 answers fit a
+    small cluster's memory. The per-answer task codes are rebuilt for the passes that need
+    them (``task``), never kept.
 
     Attributes
     ----------
-    task : local task codes (sorted); worker, value : global worker and label codes (or floats)
+    start : each local task's slice ``start[q]:start[q + 1]`` of the answers (a CSR pointer)
+    worker, value : global worker and label codes (or floats), sorted by task
     task_ids : the original ids of the local tasks; first_row : each task's first global row
     n_workers, n_labels : the global sizes (``n_labels`` is None for numeric answers)
     """
 
     def __init__(self, pieces: list[Piece], n_workers: int, n_labels: int | None) -> None:
-        ids = np.concatenate([p["task"] for p in pieces])
-        worker = np.concatenate([p["worker"] for p in pieces])
-        value = np.concatenate([p["value"] for p in pieces])
-        row = np.concatenate([p["row"] for p in pieces])
         # Pieces come in file order and keep their rows' order, so rows ascend and factorize's
         # order of first appearance is the in-memory one restricted to this shard.
-        codes, uniques = pd.factorize(ids, sort=False)
+        codes, uniques = pd.factorize(np.concatenate([p["task"] for p in pieces]), sort=False)
         order = np.argsort(codes, kind="stable")
-        self.task = codes[order].astype(_code_dtype(len(uniques)))
-        self.worker = worker[order]
-        self.value = value[order]
         self.n_tasks = len(uniques)
-        self.task_ids = pd.Index(uniques, name="task")
+        n = int(codes.shape[0])
+        self.start = np.zeros(self.n_tasks + 1, dtype=_code_dtype(n))
+        self.start[1:] = np.cumsum(np.bincount(codes, minlength=self.n_tasks))
+        self.worker = np.concatenate([p["worker"] for p in pieces])[order]
+        self.value = np.concatenate([p["value"] for p in pieces])[order]
+        row = np.concatenate([p["row"].astype(np.int64) + p["offset"] for p in pieces])[order]
+        first_row = row[self.start[:-1]]
+        self.first_row = first_row.astype(_code_dtype(int(first_row.max(initial=0)) + 1))
+        self.repeated = _repeated_pair(codes[order], self.worker, n_workers, row)
+        del codes, order, row
+        # Integer ids that fit 32 bits are kept as such (half the bytes of int64) and given
+        # back in their own dtype.
+        self._ids: Any = uniques
+        self._ids_dtype = getattr(uniques, "dtype", None)
+        if (
+            isinstance(uniques, np.ndarray)
+            and uniques.dtype.kind in "iu"
+            and uniques.dtype.itemsize > 4
+            and (uniques.size == 0 or (uniques.min() >= -(2**31) and uniques.max() < 2**31))
+        ):
+            self._ids = uniques.astype(np.int32)
         self.n_workers = n_workers
         self.n_labels = n_labels
-        self.layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
-        self.start = self.layout.start  # each task's slice, shared with the kernels' layout
-        row = row[order]
-        self.first_row = row[self.start[:-1]]
-        self.repeated = _repeated_pair(self.task, self.worker, n_workers, row)
         # Gold truths (set by with_gold): label codes, -1 where none (the kernels' encoding),
-        # and for numeric answers the values, NaN where none.
-        self.gold = np.full(self.n_tasks, -1, dtype=np.int64)
+        # and for numeric answers the values, NaN where none. None: no gold (no array kept).
+        self.gold: np.ndarray | None = None
         self.gold_value: np.ndarray | None = None
         self._sorted: SortedByTask | None = None
 
     @property
+    def task_ids(self) -> pd.Index:
+        ids = self._ids
+        if self._ids_dtype is not None and ids.dtype != self._ids_dtype:
+            ids = ids.astype(self._ids_dtype)
+        return pd.Index(ids, name="task")
+
+    @property
     def n_answers(self) -> int:
-        return int(self.task.shape[0])
+        return int(self.start[-1])
+
+    @property
+    def task(self) -> np.ndarray:
+        """The local task code of each answer, rebuilt from ``start`` (a pass's temporary)."""
+        n_t = self.n_tasks
+        return np.repeat(np.arange(n_t, dtype=_code_dtype(n_t)), np.diff(self.start))
+
+    @property
+    def layout(self) -> _kernels.TaskLayout:
+        """What the fused kernels read. The compiled ones walk ``start`` and never read the
+        per-answer task codes, so those are built for the numpy backend only."""
+        task = self.task if _kernels.get_backend() == "numpy" else _NO_TASK
+        return cast(_kernels.TaskLayout, _Layout(task, self.start, self.worker, self.value))
+
+    def gold_codes(self) -> np.ndarray:
+        """The gold label codes per task, -1 where none (a temporary when there is no gold)."""
+        if self.gold is not None:
+            return self.gold
+        return np.full(self.n_tasks, -1, dtype=np.int64)
 
     @property
     def sorted(self) -> SortedByTask:
@@ -204,6 +301,18 @@ class Shard:
         k = int(self.n_labels or 0)
         wx = self.worker.astype(np.int64) * k + self.value
         return wx.astype(np.int32) if self.n_workers * k < 2**31 else wx
+
+
+_NO_TASK = np.zeros(0, dtype=np.int32)
+
+
+class _Layout(NamedTuple):
+    """The fields of ``_kernels.TaskLayout`` the kernels read, over a shard's arrays."""
+
+    task: np.ndarray
+    start: np.ndarray
+    worker: np.ndarray
+    value: np.ndarray
 
 
 def with_gold(shard: Shard, gold: tuple[pd.Index, np.ndarray]) -> tuple[Shard, int]:
@@ -230,12 +339,15 @@ def first(out: tuple[Any, Any]) -> Any:
 
 
 def _fix_labels(shard: Shard, truth: np.ndarray) -> np.ndarray:
-    fixed = shard.gold >= 0
-    truth[fixed] = shard.gold[fixed]
+    if shard.gold is not None:
+        fixed = shard.gold >= 0
+        truth[fixed] = shard.gold[fixed]
     return truth
 
 
 def _fix_rows(shard: Shard, proba: np.ndarray) -> np.ndarray:
+    if shard.gold is None:
+        return proba
     fixed = shard.gold >= 0
     if fixed.any():
         proba[fixed] = np.eye(proba.shape[1])[shard.gold[fixed]]
@@ -243,7 +355,7 @@ def _fix_rows(shard: Shard, proba: np.ndarray) -> np.ndarray:
 
 
 def _fix_values(shard: Shard, truth: np.ndarray) -> np.ndarray:
-    if shard.gold_value is not None:
+    if shard.gold is not None and shard.gold_value is not None:
         fixed = shard.gold >= 0
         truth[fixed] = shard.gold_value[fixed]
     return truth
@@ -367,7 +479,7 @@ def ds_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
 def ds_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, np.ndarray]) -> Any:
     log_conf, log_prior = params
     mu, counts, prior_sum, loglik = _kernels.ds_step(
-        shard.layout, shard.wx(), log_conf, log_prior, shard.gold
+        shard.layout, shard.wx(), log_conf, log_prior, shard.gold_codes()
     )
     return mu, (counts, prior_sum, loglik)
 
@@ -389,7 +501,7 @@ def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, An
 def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> Any:
     log_right, log_wrong, log_prior = params
     mu, skill, prior_sum, loglik = _kernels.one_coin_step(
-        shard.layout, log_right, log_wrong, log_prior, shard.gold
+        shard.layout, log_right, log_wrong, log_prior, shard.gold_codes()
     )
     return mu, (skill, prior_sum, loglik)
 
@@ -398,6 +510,13 @@ def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> An
 #: determine them, so their tasks do not depend on the previous pass's, and Dask recomputes a
 #: lost one from the shard alone.
 STATELESS = frozenset({"ds_pass", "one_coin_pass"})
+
+#: Passes whose per-task state (posteriors, votes) is a function of the shard and the pass's
+#: parameters alone, when they start from no previous state: it is not kept between passes
+#: but recomputed where needed (the results), so a shard holds no per-task floats.
+RECOMPUTABLE = frozenset(
+    {"ds_pass", "one_coin_pass", "ds_start", "one_coin_start", "mv_pass", "majority_agree"}
+)
 
 
 def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
@@ -410,7 +529,7 @@ def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
 
 def wv_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
     new, matches, log_post, changed = _kernels.vote_step(
-        shard.layout, weight, prev[0], shard.gold, int(shard.n_labels or 0)
+        shard.layout, weight, prev[0], shard.gold_codes(), int(shard.n_labels or 0)
     )
     return new, (matches, log_post, changed)
 
@@ -527,7 +646,6 @@ def lc_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
 def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
     """GTM: the per-task preprocessing (median, outliers, scale), exact because every task is
     whole here, then the kept claims standardised; per-worker claim and outlier counts."""
-    from typing import cast
 
     from ...answers import Answers
     from ..gtm import GTM
@@ -540,7 +658,7 @@ def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
     has_claims = np.bincount(t, minlength=shard.n_tasks) > 0
     mu = np.zeros(shard.n_tasks)
     gold_z = None
-    if shard.gold_value is not None and (shard.gold >= 0).any():
+    if shard.gold is not None and shard.gold_value is not None and (shard.gold >= 0).any():
         gold_z = (shard.gold_value - median) / scale  # NaN off the gold tasks
     n_u = np.bincount(w, minlength=shard.n_workers)
     n_outliers = np.bincount(shard.worker[~keep], minlength=shard.n_workers)
@@ -553,7 +671,7 @@ def gtm_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tu
     num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, shard.n_tasks)
     new = (mu0 * prior_prec + num) / (prior_prec + den)
     if gold_z is not None:
-        fixed = shard.gold >= 0
+        fixed = shard.gold_codes() >= 0
         new[fixed] = gold_z[fixed]
     ones = np.ones(shard.n_tasks)
     sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, shard.n_workers)
