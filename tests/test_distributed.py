@@ -349,6 +349,20 @@ def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
     assert code == 2 and "one-coin-ds" in err and not out.exists()
 
 
+def test_cli_memory_limit_runs_a_limited_local_cluster(files, tmp_path, capsys):
+    both = pd.concat([pd.read_parquet(p) for p in sorted(files["cat"].glob("*.parquet"))])
+    both.to_csv(tmp_path / "all.csv", index=False)
+    in_memory = ["infer", str(tmp_path / "all.csv"), "-m", "one-coin-ds"]
+    code, _, err = run([*in_memory, "-o", str(tmp_path / "x.csv"), "--memory-limit", "2GB"], capsys)
+    assert code == 2 and "--memory-limit need --engine dask" in err
+    memory, dask = tmp_path / "memory.csv", tmp_path / "dask.csv"
+    assert run([*in_memory, "-o", str(memory)], capsys)[0] == 0
+    args = ["infer", str(files["cat"]), "-m", "one-coin-ds", "-o", str(dask), "--engine", "dask"]
+    code, _, err = run([*args, "--workers", "1", "--memory-limit", "2GB"], capsys)
+    assert code == 0, err
+    assert pd.read_csv(dask).equals(pd.read_csv(memory))
+
+
 # ---------------------------------------------------------------------- across processes, TCP
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):

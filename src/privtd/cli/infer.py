@@ -157,6 +157,12 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
     type=click.IntRange(min=1),
     help="With --engine dask: number of shards (default: about 5e6 answers each).",
 )
+@click.option(
+    "--memory-limit",
+    metavar="SIZE",
+    help="With --engine dask and no --scheduler: each worker's memory limit (e.g. 7GB); past "
+    "60%% of it a worker spills to its local disk rather than grow (docs/scale.md).",
+)
 def infer(
     answers: str,
     method: str | None,
@@ -186,6 +192,7 @@ def infer(
     scheduler: str | None,
     workers: int | None,
     partitions: int | None,
+    memory_limit: str | None,
 ) -> None:
     """Infer each task's truth and each worker's quality from ANSWERS: a long table (CSV, TSV
     or Parquet: task, worker, answer) or a platform's export (Toloka, MTurk, Label Studio,
@@ -312,12 +319,14 @@ def infer(
         read.update(answer=answer_col or "answer")
         files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
         client = click.get_current_context().with_resource(
-            distributed.connect(scheduler=scheduler, workers=workers)
+            distributed.connect(scheduler=scheduler, workers=workers, memory_limit=memory_limit)
         )
         data = distributed.ingest(files, client, partitions=partitions, **read)
     else:
-        if scheduler or workers or partitions:
-            raise ValidationError("--scheduler, --workers and --partitions need --engine dask.")
+        if scheduler or workers or partitions or memory_limit:
+            raise ValidationError(
+                "--scheduler, --workers, --partitions and --memory-limit need --engine dask."
+            )
         if Path(answers).is_dir():
             raise ValidationError(
                 f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
