@@ -167,8 +167,8 @@ def default_policy(monkeypatch):
     """The kernels as after a plain import with numba installed and no backend chosen."""
     from privtd.inference import _kernels
 
-    if "numba" not in _kernels.available_backends():
-        pytest.skip("numba is not installed")
+    # numba is a core dependency: the default install has it.
+    assert "numba" in _kernels.available_backends()
     monkeypatch.setattr(_kernels, "_backend", "numba")
     monkeypatch.setattr(_kernels, "_chosen", False)
     return _kernels

@@ -36,8 +36,7 @@ def test_glad_labels_match_after_the_same_m_steps(name):
     ref = reference(name, answers.tasks)
     # crowd-kit's labels come from the E-step before its last M-step.
     steps = int(ref["glad_n_iter"].iloc[0]) - 1
-    if steps < 1:
-        pytest.skip("crowd-kit stopped after one step")
+    assert steps >= 1, "the stored reference must hold at least one M-step to compare"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         ours = GLAD(max_iter=steps, tol=0.0).fit(answers)
