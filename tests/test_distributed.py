@@ -7,8 +7,10 @@ the ones that show the fit crossing a network connection.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -670,6 +672,38 @@ def test_service_aggregates_a_campaign_through_the_cluster(method, client, files
     assert list(dist.probas_.columns) == [0, 1, 2]
     assert dist.truths_.equals(mem.truths_)
     np.testing.assert_allclose(dist.probas_, mem.probas_, atol=1e-9)
+
+
+def test_reports_sent_to_the_cluster_are_private_to_the_server_and_removed(
+    files, tmp_path, monkeypatch
+):
+    """What the service writes for a cluster fit is only what the requester already holds
+    (task, worker, perturbed answer), in a folder no other local user can read, gone after
+    the fit, even a failed one."""
+    import privtd.inference.distributed as distributed
+    from privtd.service.aggregate import fit_on_cluster
+
+    answers = Answers.from_frame(files["bin_frame"])
+    seen: dict[str, object] = {}
+
+    @contextlib.contextmanager
+    def no_cluster(**_):
+        yield None
+
+    def spy(estimator, path, **_):
+        folder = os.path.dirname(path)
+        seen["mode"] = stat.S_IMODE(os.stat(folder).st_mode)
+        seen["columns"] = list(pd.read_parquet(path).columns)
+        seen["folder"] = folder
+        raise RuntimeError("the cluster fell over")
+
+    monkeypatch.setattr(distributed, "connect", no_cluster)
+    monkeypatch.setattr(distributed, "fit_distributed", spy)
+    with pytest.raises(RuntimeError, match="fell over"):
+        fit_on_cluster(make_estimator("mv"), answers, "tcp://127.0.0.1:1", str(tmp_path))
+    assert seen["mode"] == 0o700
+    assert seen["columns"] == ["task", "worker", "answer"]
+    assert not os.path.exists(str(seen["folder"])) and list(tmp_path.iterdir()) == []
 
 
 def test_a_served_campaign_is_aggregated_on_the_cluster(client, tmp_path, monkeypatch):
