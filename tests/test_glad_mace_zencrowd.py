@@ -180,7 +180,7 @@ def test_mace_em_step_by_enumeration(mechanism):
     rng = np.random.default_rng(5)
     trust0 = rng.uniform(0.3, 0.9, 3)
     strategy0 = rng.dirichlet(np.ones(K), 3)
-    est = AwareMACE(mechanism, max_iter=1)
+    est = AwareMACE(mechanism, max_iter=1, method="em")
     _, workers = codes(est, answers)
     start_trust = np.empty(3)
     start_strategy = np.empty((3, K))
