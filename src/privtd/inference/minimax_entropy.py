@@ -124,7 +124,7 @@ class MinimaxEntropy(Estimator):
         k, n_w = model.k, model.n_w
         beta = k * k / 4.0 if self.beta is None else float(self.beta)
         alpha = beta * answers.n_tasks / n_w if self.alpha is None else float(self.alpha)
-        model.alpha, model.beta = alpha, beta
+        model.set_penalties(alpha, beta)
         log_prior = np.full(k, -np.log(k))
 
         mu = soft_majority(answers, gold)
@@ -137,8 +137,8 @@ class MinimaxEntropy(Estimator):
             lin = model.linear_part(mu)
             start = model.negative_q(x, mu, lin)[0]
             res = minimize(
-                model.negative_q,
-                x,
+                model.scaled_negative_q,
+                x * model.scale,
                 args=(mu, lin),
                 jac=True,
                 method="L-BFGS-B",
@@ -147,7 +147,7 @@ class MinimaxEntropy(Estimator):
             # L-BFGS-B's line search only accepts descent; the guard keeps EM's ascent
             # even if a search ends abnormally on a worse point.
             if res.fun <= start:
-                x = res.x
+                x = res.x / model.scale
             log_lik = model.log_likelihood(x)
             mu, loglik = truth_step(log_lik, model.by_task, log_prior, gold)
             objective.append((loglik - model.penalty(x)) / model.n)
@@ -219,8 +219,30 @@ class _Model:
         ).reshape(self.n_t, self.k)
         self.cut = self.n_w * self.k * self.k
         self.size = self.cut + self.n_t * self.k * self.k
-        self.alpha = 1.0
-        self.beta = 1.0
+        self.set_penalties(1.0, 1.0)
+
+    def set_penalties(self, alpha: float, beta: float) -> None:
+        """The penalties, and the M-step's diagonal preconditioner: L-BFGS-B runs on
+        ``y = scale * x`` with ``scale^2`` about the curvature of each parameter, its block's
+        answers times ``(K - 1) / K^3`` (``q(c) P (1 - P)`` at uniform ``q`` and ``P``) plus its
+        penalty. Unscaled, a task's curvature (a few answers, or a penalty of 1e8 to pin
+        ``tau`` at 0) and a busy worker's (hundreds of answers) differ by orders of
+        magnitude, and the few L-BFGS-B iterations per M-step barely moved ``sigma``."""
+        self.alpha, self.beta = alpha, beta
+        k = self.k
+        h = (k - 1) / k**3
+        per_worker = np.bincount(self.worker, minlength=self.n_w) * h + beta
+        per_task = np.bincount(self.task, minlength=self.n_t) * h + alpha
+        self.scale = np.sqrt(
+            np.concatenate([np.repeat(per_worker, k * k), np.repeat(per_task, k * k)])
+        )
+
+    def scaled_negative_q(
+        self, y: np.ndarray, mu: np.ndarray, lin: np.ndarray
+    ) -> tuple[float, np.ndarray]:
+        """:meth:`negative_q` in the preconditioned coordinates ``y = scale * x``."""
+        value, grad = self.negative_q(y / self.scale, mu, lin)
+        return value, grad / self.scale
 
     def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``sigma`` (workers, K, K) and ``tau`` (tasks, K, K) as views of the flat ``x``."""
