@@ -34,6 +34,7 @@ CATEGORICAL = [
     "aware-mace",
     "zencrowd",
     "aware-zencrowd",
+    "minimax",
 ]
 NUMERIC = ["crh", "catd", "gtm", "aware-gaussian", "raykar", "sigma", "mean", "median"]
 BINARY_ONLY = {"lc", "private-ds", "kos"}

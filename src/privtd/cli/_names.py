@@ -36,6 +36,7 @@ METHOD_NAMES = (
     "aware-mace",
     "zencrowd",
     "aware-zencrowd",
+    "minimax",
     "aware-null",
 )
 

@@ -24,6 +24,7 @@ from .latent_class import LatentClass
 from .mace import MACE, AwareMACE
 from .majority_vote import MajorityVote
 from .mean_median import Mean, Median
+from .minimax_entropy import MinimaxEntropy
 from .mmsr import MMSR
 from .one_coin_dawid_skene import OneCoinDawidSkene
 from .perturbation_aware import AwareOneCoin
@@ -65,6 +66,7 @@ __all__ = [
     "AwareMACE",
     "ZenCrowd",
     "AwareZenCrowd",
+    "MinimaxEntropy",
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",
@@ -104,6 +106,7 @@ METHODS: dict[str, type[Estimator]] = {
     "aware-mace": AwareMACE,
     "zencrowd": ZenCrowd,
     "aware-zencrowd": AwareZenCrowd,
+    "minimax": MinimaxEntropy,
 }
 
 
