@@ -304,3 +304,47 @@ def test_reproduction_loaded_total_is_the_stored_runs() -> None:
     assert set(walls) == set(CHECK_SOURCES)
     total = sum(int(w) for w in walls.values())
     assert f"took {total} s together ({_whole(total / 60)} min;" in " ".join(REPRODUCTION.split())
+
+
+# ---------------------------------------------------------------- docs/reference.md
+
+REFERENCE_DOC = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def test_survey_table_is_the_stored_run() -> None:
+    # Every privtd cell of "The survey's datasets" is the stored accuracy, and every stored
+    # categorical row is in the table ("binary only" where a method did not run).
+    stored: dict[tuple[str, str], str] = {}
+    for line in (RESULTS / "survey_datasets.txt").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"(\w+) \((\w+)\) +(.+?) +accuracy (\d\.\d{4})$", line)
+        if m:
+            stored[(m.group(3), m.group(2))] = m.group(4)
+    section = _section(REFERENCE_DOC, "## The survey's datasets")
+    header = _row_in(section, "| method |")
+    columns = header[1:4]
+    assert columns == ["D_PosSent", "S_Dog", "S_Adult"], header
+    seen = set()
+    for method in {m for m, _ in stored}:
+        # The table names a method's fixed parameters in brackets ("mace (vb)").
+        label = re.sub(r" (\w+)=(\w+)", r" (\2)", method)
+        cells = _row_in(section, f"| {label} |")
+        for survey, cell in zip(columns, cells[1:4], strict=True):
+            assert cell == stored.get((method, survey), "binary only"), (method, survey, cell)
+            seen.add((method, survey))
+    assert set(stored) <= seen
+
+
+def test_crowdkit_table_mmsr_column_is_the_stored_run() -> None:
+    stored = {}
+    for line in (RESULTS / "crowdkit_methods.txt").read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[1] == "mmsr":
+            stored[parts[0]] = f"{parts[2]} / {parts[3]}"
+    assert len(stored) == 5, stored
+    section = _section(REFERENCE_DOC, "## Wawa, ZeroBasedSkill, KOS, MMSR")
+    for name, pair in stored.items():
+        assert _row_in(section, f"| {name} |")[4] == pair, name

@@ -82,7 +82,9 @@ class MMSR(Estimator):
         rows, cols = np.nonzero(common)
         observed = np.abs(cov[rows, cols])
         coworkers = np.bincount(rows, minlength=n_w)
-        f = max(int(coworkers.min(initial=0)) // 2 - 1, 0)
+        # Not min(initial=0): that caps the minimum at 0, so F was always 0 and nothing was
+        # trimmed. With no worker there is nothing to trim.
+        f = max(int(coworkers.min()) // 2 - 1, 0) if n_w else 0
         u = rng.uniform(size=n_w)
         v = rng.uniform(size=n_w)
         objective: list[float] = []
