@@ -87,6 +87,7 @@ class MMSR(Estimator):
         f = max(int(coworkers.min()) // 2 - 1, 0) if n_w else 0
         u = rng.uniform(size=n_w)
         v = rng.uniform(size=n_w)
+        by_col, by_row = group_layout(cols, n_w), group_layout(rows, n_w)
         objective: list[float] = []
         converged = False
         n_iter = 0
@@ -94,8 +95,8 @@ class MMSR(Estimator):
             for n_iter in range(1, self.max_iter + 1):  # noqa: B007
                 self._tick(n_iter)
                 u_old, v_old = u, v
-                v = trimmed_means(cols, observed / u[rows], v, f, n_w, n_seen)
-                u = trimmed_means(rows, observed / v[cols], u, f, n_w, n_seen)
+                v = trimmed_means(cols, observed / u[rows], v, f, n_w, n_seen, by_col)
+                u = trimmed_means(rows, observed / v[cols], u, f, n_w, n_seen, by_row)
                 objective.append(rank_one_distance(u, v, u_old, v_old))
                 if objective[-1] < self.tol:
                     converged = True
@@ -173,6 +174,19 @@ class MMSR(Estimator):
         return out
 
 
+def group_layout(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's members as one row of a ``(n_groups, largest group)`` index array, padded
+    with -1, and the group sizes: fixed for a fit, so each half-step sorts small rows instead
+    of all pairs (the worker pairs are already a dense ``workers x workers`` covariance)."""
+    counts = np.bincount(group, minlength=n_groups)
+    order = np.argsort(group, kind="stable")
+    start = np.cumsum(counts) - counts
+    width = int(counts.max()) if len(counts) else 0
+    index = np.full((n_groups, width), -1, dtype=np.int64)
+    index[group[order], np.arange(len(order)) - start[group[order]]] = order
+    return index, counts
+
+
 def trimmed_means(
     group: np.ndarray,
     values: np.ndarray,
@@ -180,24 +194,25 @@ def trimmed_means(
     f: int,
     n_groups: int,
     n_tasks: int,
+    layout: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """One M-MSR half-step for all groups at once: per group, drop the ``f`` largest values
     above the group's current value (all above it if fewer than ``f``) and the ``f`` smallest
     below, and average the rest; a group left empty keeps its value, one left with a single 0
-    gets ``1/sqrt(n_tasks)``. One sort by (group, value); ranks come from the group starts."""
-    order = np.lexsort((values, group))
-    g = group[order]
-    val = values[order]
-    counts = np.bincount(g, minlength=n_groups)
-    start = np.cumsum(counts) - counts
-    rank = np.arange(len(g)) - start[g]
-    now = current[g]
-    below = np.bincount(g, weights=val < now, minlength=n_groups)
-    above = np.bincount(g, weights=val > now, minlength=n_groups)
-    keep = np.where(below[g] < f, val >= now, rank >= f)
-    keep &= np.where(above[g] < f, val <= now, rank < counts[g] - f)
-    kept = np.bincount(g, weights=keep, minlength=n_groups)
-    total = np.bincount(g, weights=np.where(keep, val, 0.0), minlength=n_groups)
+    gets ``1/sqrt(n_tasks)``. ``layout`` is :func:`group_layout`'s (computed when not given);
+    each group's row is sorted, padded with NaN, which sorts last as a real NaN would."""
+    index, counts = group_layout(group, n_groups) if layout is None else layout
+    val = np.sort(np.where(index >= 0, values[index], np.nan), axis=1)
+    rank = np.arange(index.shape[1])[None, :]
+    count = counts[:, None]
+    real = rank < count
+    now = current[:, None]
+    below = (real & (val < now)).sum(axis=1)[:, None]
+    above = (real & (val > now)).sum(axis=1)[:, None]
+    keep = real & np.where(below < f, val >= now, rank >= f)
+    keep &= np.where(above < f, val <= now, rank < count - f)
+    kept = keep.sum(axis=1)
+    total = np.where(keep, val, 0.0).sum(axis=1)
     out = np.where(kept > 0, total / np.maximum(kept, 1), current)
     out[(kept == 1) & (total == 0)] = 1.0 / np.sqrt(max(n_tasks, 1))
     return out
