@@ -4,7 +4,8 @@ Two backends compute the same things:
 
 - ``numba`` (installed with privtd): each kernel is one compiled pass over the answer
   arrays with no temporaries, which is what makes Dawid-Skene 50x faster than a pandas EM;
-- ``numpy``: ``np.bincount`` scatter-adds, used when numba is not installed or when
+- ``numpy``: ``np.bincount`` scatter-adds, with no set-up to pay: used for fits too small to
+  earn back numba's set-up (:func:`choose_backend`), when numba is not installed, and when
   ``PRIVTD_BACKEND=numpy`` is set.
 
 Tests run every estimator under both (``set_backend``) and compare them.
@@ -923,7 +924,7 @@ _local = threading.local()
 #: set-up in each process (its compiler target, the threading layer, each kernel read from the
 #: disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s), and seconds of
 #: compilation per kernel on the first run after installing; on one thread its passes are
-#: about as fast as numpy's at K = 2 and up to 1.4x faster at K = 4. Measured with
+#: about as fast as numpy's at K = 2 and 1.3-1.5x faster at K = 4. Measured with
 #: ``PYTHONPATH=src python benchmarks/bench_backend_choice.py`` (each fit in a fresh process,
 #: numba on one thread, load 2.4-4.8; benchmarks/results/backend_choice.txt): Dawid-Skene at
 #: 2.35e7 still ran faster on numpy (0.50-0.75 s against 0.60-0.95 s), MACE broke even about
