@@ -93,7 +93,8 @@ def _ds_step_np(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     # Label-major throughout ((K, tasks) rows, not (tasks, K)): the gathers, the softmax and
     # the sums each run over contiguous rows instead of reducing along a K-wide axis, which
-    # numpy does slowly; one transpose back at the end. 3x faster per iteration at K = 2-4.
+    # numpy does slowly; one transpose back at the end. 3-4x faster per pass at K = 2-4
+    # (benchmarks/bench_numpy_ds_step.py).
     n_t = start.shape[0] - 1
     t, wx = t.astype(np.intp, copy=False), wx.astype(np.intp, copy=False)
     rho = _gather_scatter_rows_np(t, wx, log_conf.T, n_t)
