@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,11 +14,13 @@ from scipy.special import digamma
 from privtd import ValidationError, datasets
 from privtd.experiments import bigdata18
 from privtd.inference import (
+    MACE,
     AwareDawidSkene,
     AwareGaussian,
     AwareNull,
     AwareOneCoin,
     DawidSkene,
+    MajorityVote,
     OneCoinDawidSkene,
     WeightedVote,
     _kernels,
@@ -228,3 +234,115 @@ def test_layout_sorts_only_when_needed():
 def test_unknown_backend():
     with pytest.raises(ValidationError, match="Backend must be 'numpy' or 'numba'"):
         _kernels.set_backend("cuda")
+
+
+# ---------------------------------------------------------------------- the default backend
+@pytest.fixture
+def default_policy(monkeypatch):
+    """The kernels as after a plain import with numba installed and no backend chosen, with
+    numba's set-up not yet paid in this process (numba_ready is patched per test)."""
+    # numba is a core dependency: the default install has it.
+    assert "numba" in _kernels.available_backends()
+    monkeypatch.setattr(_kernels, "_backend", "numba")
+    monkeypatch.setattr(_kernels, "_chosen", False)
+    monkeypatch.setattr(_kernels, "numba_ready", lambda: False)
+    return _kernels
+
+
+def test_planned_passes():
+    assert MajorityVote()._planned_passes() == 1
+    assert DawidSkene()._planned_passes() == DawidSkene.typical_iterations == 30
+    assert DawidSkene(max_iter=12)._planned_passes() == 12
+    assert DawidSkene(max_iter=400, tol=0.0)._planned_passes() == 400  # tol=0 runs them all
+    assert MACE()._planned_passes() == 10 * 50
+    assert MACE(n_restarts=3, max_iter=80, tol=0.0)._planned_passes() == 240
+    assert MACE(n_restarts=3, max_iter=20)._planned_passes() == 60
+
+
+def test_the_default_backend_weighs_answers_times_passes(default_policy, monkeypatch):
+    import threading
+
+    kernels = default_policy
+    monkeypatch.setattr(kernels, "NUMBA_MIN_WORK", 1000)
+    monkeypatch.setattr(kernels, "NUMBA_MIN_WORK_WARM", 100)
+    assert kernels.choose_backend(999) == "numpy"
+    assert kernels.choose_backend(1000) == "numba"
+    assert kernels.choose_backend(100, passes=9) == "numpy"
+    assert kernels.choose_backend(100, passes=10) == "numba"
+    with kernels.backend_for(100, passes=9) as name:
+        assert name == kernels.get_backend() == "numpy"
+        seen: list[str] = []
+        other = threading.Thread(target=lambda: seen.append(kernels.get_backend()))
+        other.start()
+        other.join()
+        assert seen == ["numba"]  # another thread's fit is not affected
+        with kernels.backend_for(10**9) as inner:  # a fit inside a fit keeps its backend
+            assert inner == kernels.get_backend() == "numpy"
+    assert kernels.get_backend() == "numba"
+    # Once numba has run in this process its set-up is paid: a smaller fit earns it back.
+    monkeypatch.setattr(kernels, "numba_ready", lambda: True)
+    assert kernels.choose_backend(99) == "numpy"
+    assert kernels.choose_backend(10, passes=10) == "numba"
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_a_chosen_backend_always_wins(default_policy, monkeypatch, name):
+    kernels = default_policy
+    monkeypatch.setattr(kernels, "_backend", name)
+    monkeypatch.setattr(kernels, "_chosen", True)  # set_backend or PRIVTD_BACKEND
+    for work in (1, 10**12):
+        with kernels.backend_for(work) as used:
+            assert used == kernels.get_backend() == name
+
+
+@pytest.mark.filterwarnings("ignore::privtd.errors.ConvergenceWarning")
+def test_a_fit_records_and_runs_the_backend_its_work_picks(default_policy, monkeypatch):
+    kernels = default_policy
+    monkeypatch.setattr(kernels, "NUMBA_MIN_WORK", 10_000)
+    calls: list[str] = []
+    for backend, table in (("numpy", kernels._NUMPY), ("numba", kernels._NUMBA_KERNELS)):
+        step = table["ds_step"]
+        monkeypatch.setitem(
+            table, "ds_step", lambda *a, _s=step, _b=backend: calls.append(_b) or _s(*a)
+        )
+    answers, truth, _ = datasets.make_categorical(200, 20, 2, rng=0)  # 1,000 answers
+    few = DawidSkene(max_iter=9, tol=0.0).fit(answers)  # work 9,000
+    assert few._kernel_backend == "numpy" and set(calls) == {"numpy"}
+    calls.clear()
+    many = DawidSkene(max_iter=10, tol=0.0).fit(answers)  # work 10,000
+    assert many._kernel_backend == "numba" and set(calls) == {"numba"}
+    # MACE plans restarts x iterations: 2 x 5 x 1,000 answers.
+    assert MACE(n_restarts=2, max_iter=5, tol=0.0).fit(answers)._kernel_backend == "numba"
+    assert MACE(n_restarts=1, max_iter=5, tol=0.0).fit(answers)._kernel_backend == "numpy"
+    # 200 tasks of 5 answers from workers of accuracy 0.55-0.95: about 0.85 right (sd 0.03)
+    assert (few.truths_ == truth.reindex(few.truths_.index)).mean() > 0.7
+
+
+def test_numba_is_ready_once_one_of_its_kernels_ran():
+    # In a fresh process: this one's earlier tests may have run numba already.
+    code = (
+        "from privtd.inference import _kernels, DawidSkene\n"
+        "from privtd import datasets\n"
+        "a = datasets.make_categorical(50, 5, 2, rng=0)[0]\n"
+        "before = _kernels.numba_ready()\n"
+        "_kernels.set_backend('numpy'); DawidSkene().fit(a)\n"
+        "mid = _kernels.numba_ready()\n"
+        "_kernels.set_backend('numba'); DawidSkene().fit(a)\n"
+        "print(before, mid, _kernels.numba_ready())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert out.split() == ["False", "False", "True"]
+
+
+def test_the_measured_thresholds_keep_small_fits_on_numpy():
+    # Where benchmarks/bench_backend_choice.py put them: the demo's fits (duchenne) run numpy
+    # even where numba already ran in the process; MACE's defaults on adult_content (89,799
+    # answers) run numba.
+    duchenne = datasets.load("duchenne").answers
+    for est in (DawidSkene(), OneCoinDawidSkene(), MACE()):
+        assert duchenne.n_answers * est._planned_passes() < _kernels.NUMBA_MIN_WORK_WARM
+    assert 89_799 * MACE()._planned_passes() >= _kernels.NUMBA_MIN_WORK
+    assert 0 < _kernels.NUMBA_MIN_WORK_WARM < _kernels.NUMBA_MIN_WORK

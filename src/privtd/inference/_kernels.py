@@ -4,7 +4,8 @@ Two backends compute the same things:
 
 - ``numba`` (installed with privtd): each kernel is one compiled pass over the answer
   arrays with no temporaries, which is what makes Dawid-Skene 50x faster than a pandas EM;
-- ``numpy``: ``np.bincount`` scatter-adds, used when numba is not installed or when
+- ``numpy``: ``np.bincount`` scatter-adds, with no set-up to pay: used for fits too small to
+  earn back numba's set-up (:func:`choose_backend`), when numba is not installed, and when
   ``PRIVTD_BACKEND=numpy`` is set.
 
 Tests run every estimator under both (``set_backend``) and compare them.
@@ -35,10 +36,24 @@ __all__ = ["available_backends", "get_backend", "set_backend"]
 def _gather_scatter_np(
     dst: np.ndarray, src: np.ndarray, table: np.ndarray, n_out: int
 ) -> np.ndarray:
-    rows = table[src]
-    out = np.empty((n_out, table.shape[1]))
-    for k in range(table.shape[1]):  # K is small: one bincount per column
-        out[:, k] = np.bincount(dst, weights=rows[:, k], minlength=n_out)
+    return _gather_scatter_rows_np(
+        dst.astype(np.intp, copy=False), src.astype(np.intp, copy=False), table.T, n_out
+    ).T.copy()
+
+
+def _gather_scatter_rows_np(
+    dst: np.ndarray, src: np.ndarray, table_t: np.ndarray, n_out: int
+) -> np.ndarray:
+    """``out[c, dst[i]] += table_t[c, src[i]]``, label by label (K is small): ``(K, n_out)``.
+
+    Works on label-major tables: ``take`` from one contiguous row then one ``bincount`` per
+    label, 3 to 4 times faster than gathering ``(n, K)`` rows and passing ``bincount`` their
+    strided columns (it copies them), with the same sums in the same order. Indices in
+    ``np.intp``: ``take`` and ``bincount`` would otherwise convert them on every call."""
+    out = np.empty((table_t.shape[0], n_out))
+    for c in range(table_t.shape[0]):
+        row = np.ascontiguousarray(table_t[c])
+        out[c] = np.bincount(dst, weights=row.take(src), minlength=n_out)
     return out
 
 
@@ -76,12 +91,26 @@ def _ds_step_np(
     log_prior: np.ndarray,
     gold: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    # Label-major throughout ((K, tasks) rows, not (tasks, K)): the gathers, the softmax and
+    # the sums each run over contiguous rows instead of reducing along a K-wide axis, which
+    # numpy does slowly; one transpose back at the end. 3-4x faster per pass at K = 2-4
+    # (benchmarks/bench_numpy_ds_step.py).
     n_t = start.shape[0] - 1
-    log_rho = _gather_scatter_np(t, wx, log_conf, n_t) + log_prior
-    loglik = _softmax_loglik_np(log_rho)
-    _fix_gold(log_rho, gold)
-    counts = _gather_scatter_np(wx, t, log_rho, log_conf.shape[0])
-    return log_rho, counts, log_rho.sum(axis=0), loglik
+    t, wx = t.astype(np.intp, copy=False), wx.astype(np.intp, copy=False)
+    rho = _gather_scatter_rows_np(t, wx, log_conf.T, n_t)
+    rho += log_prior[:, None]
+    top = rho.max(axis=0)
+    rho -= top
+    np.exp(rho, out=rho)
+    total = rho.sum(axis=0)
+    rho /= total
+    loglik = float((np.log(total) + top).sum())
+    fixed = gold >= 0
+    if fixed.any():
+        rho[:, fixed] = 0.0
+        rho[gold[fixed], np.flatnonzero(fixed)] = 1.0
+    counts = _gather_scatter_rows_np(wx, t, rho, log_conf.shape[0])
+    return rho.T.copy(), counts.T.copy(), rho.sum(axis=1), loglik
 
 
 def _one_coin_step_np(
@@ -891,19 +920,47 @@ _chosen = False
 #: Per-thread override of ``_backend`` for the fit running in that thread (:func:`backend_for`).
 _local = threading.local()
 
-#: Without a chosen backend, fits of fewer answers than this run the numpy kernels. numba's
-#: kernels cost a one-time set-up in each process (its compiler target and the libraries it
-#: loads: 0.5-1 s, loaded from the disk cache or not) and a compilation of seconds per kernel
-#: on the first run after installing, which a fit this small never earns back: the demo on
-#: Duchenne took 1.7 s with numpy's kernels against 3.7 s with numba's cached ones (46 s on
-#: the first run), and Dawid-Skene's 6 iterations over 1e6 answers cost about the same both
-#: ways in a fresh process (docs/scale.md). The two backends agree to 1e-9
-#: (tests/test_kernels.py).
-NUMBA_MIN_ANSWERS = 200_000
+#: Without a chosen backend a fit runs numba's kernels when its work, answers x planned passes
+#: (``Estimator._planned_passes``), reaches this, and numpy's below it. numba costs a one-time
+#: set-up in each process (its compiler target, the threading layer, each kernel read from the
+#: disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s), and seconds of
+#: compilation per kernel on the first run after installing; on one thread its passes are
+#: about as fast as numpy's at K = 2 and 1.3-1.5x faster at K = 4. Measured with
+#: ``PYTHONPATH=src python benchmarks/bench_backend_choice.py`` (each fit in a fresh process,
+#: numba on one thread, load 2.4-4.8; benchmarks/results/backend_choice.txt): Dawid-Skene at
+#: 2.35e7 still ran faster on numpy (0.50-0.75 s against 0.60-0.95 s), MACE broke even about
+#: 2e7 (1.1-1.4 s against 1.4 s) and numba won at 5.1e7 (2.5 s against 2.7-3.0 s).
+#: The two backends agree to 1e-9 (tests/test_kernels.py).
+NUMBA_MIN_WORK = 30_000_000
+#: The same once one of numba's kernels has run in this process (:func:`numba_ready`): the
+#: set-up is paid and only the fit's own kernels still load. Same benchmark, "warm" column:
+#: Dawid-Skene ran faster on numba from 9e6 (0.20 s against 0.30 s; at 4e6 0.16 s against
+#: 0.13 s), MACE from 2e7 (1.0 s against 1.1-1.4 s; at 8e6 0.53 s against 0.49-0.51 s).
+NUMBA_MIN_WORK_WARM = 10_000_000
 
 
 def available_backends() -> list[str]:
     return ["numpy"] + (["numba"] if numba is not None else [])
+
+
+def numba_ready() -> bool:
+    """Whether one of numba's kernels has already run in this process (compiled or loaded
+    from the disk cache), so that numba's one-time set-up is paid."""
+    # A numba dispatcher lists the signatures it has compiled or loaded in this process.
+    return numba is not None and any(
+        getattr(kernel, "signatures", None) for kernel in _NUMBA_KERNELS.values()
+    )
+
+
+def choose_backend(n_answers: int, passes: int = 1) -> str:
+    """The backend a fit of ``n_answers`` answers and ``passes`` planned passes over them runs
+    on: the chosen one (:func:`set_backend`, ``PRIVTD_BACKEND``) if any, else numba when its
+    work ``n_answers * passes`` reaches :data:`NUMBA_MIN_WORK` (:data:`NUMBA_MIN_WORK_WARM`
+    once numba has run in this process), else numpy."""
+    if _chosen or _backend != "numba":
+        return _backend
+    threshold = NUMBA_MIN_WORK_WARM if numba_ready() else NUMBA_MIN_WORK
+    return "numba" if n_answers * passes >= threshold else "numpy"
 
 
 def get_backend() -> str:
@@ -912,24 +969,22 @@ def get_backend() -> str:
 
 
 @contextmanager
-def backend_for(n_answers: int) -> Iterator[None]:
-    """Run the enclosed fit on the numpy kernels when it has fewer than
-    :data:`NUMBA_MIN_ANSWERS` answers and no backend was chosen (this thread only)."""
-    if _chosen or _backend != "numba" or n_answers >= NUMBA_MIN_ANSWERS:
-        yield
-        return
+def backend_for(n_answers: int, passes: int = 1) -> Iterator[str]:
+    """Run the enclosed fit, in this thread, on :func:`choose_backend`'s backend for its
+    answers and planned passes; yields the backend's name. A fit started inside another fit
+    keeps the outer fit's backend, so that one fit never mixes the two."""
     before = getattr(_local, "backend", None)
-    _local.backend = "numpy"
+    name = before or choose_backend(n_answers, passes)
+    _local.backend = name
     try:
-        yield
+        yield name
     finally:
         _local.backend = before
 
 
 def set_backend(name: str) -> None:
     """Pick the kernel backend for every fit: "numba" (needs numba) or "numpy". Without a
-    call (or ``PRIVTD_BACKEND``), numba runs fits of at least :data:`NUMBA_MIN_ANSWERS`
-    answers and numpy the smaller ones."""
+    call (or ``PRIVTD_BACKEND``), each fit picks by its work (:func:`choose_backend`)."""
     global _backend, _chosen
     if name not in ("numpy", "numba"):
         raise ValidationError(f"Backend must be 'numpy' or 'numba'. Got {name!r}.")

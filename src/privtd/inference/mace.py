@@ -122,6 +122,15 @@ class MACE(Estimator):
             _check_float(name, key, getattr(self, key), 0.0, low_open=True)
         _check_float(name, "default_noise", self.default_noise, 0.0)
 
+    #: Per restart: the paper's fixed 50; at tol 1e-6 the kept restart took 9-84 iterations on
+    #: the bundled datasets and two synthetic 8,000-task sets.
+    typical_iterations = 50
+
+    def _planned_passes(self) -> int:
+        starts = getattr(self, "_starts", None)
+        n_starts = self.n_restarts if starts is None else len(starts)
+        return int(n_starts) * super()._planned_passes()
+
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         n_w, k = answers.n_workers, answers.n_labels
         gen = check_rng(self.rng)
