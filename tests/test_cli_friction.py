@@ -425,3 +425,13 @@ def test_plain_method_with_binary_rr_suggests_its_aware_form(binary, tmp_path, c
     assert code == 0 and "pass -m aware-ds, its perturbation-aware form (the default" in err, err
     code, _, err = run([*args, "-m", "glad"], capsys)
     assert code == 0 and "pass -m aware-glad" in err and "default (aware-ds)" in err, err
+
+
+def test_every_aware_method_has_its_notes():
+    # A new aware method is named in infer's tables, or its note would be missing.
+    from privtd.cli.infer import AWARE_FORM, AWARE_WITHOUT_MECHANISM
+    from privtd.inference import AWARE_METHODS, METHODS, RELEASE_METHODS
+
+    assert set(AWARE_WITHOUT_MECHANISM) == AWARE_METHODS - set(RELEASE_METHODS)
+    assert set(AWARE_FORM) <= set(METHODS) - AWARE_METHODS
+    assert set(AWARE_FORM.values()) <= AWARE_METHODS

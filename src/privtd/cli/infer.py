@@ -231,8 +231,9 @@ def infer(
 
     Perturbed answers: name the mechanism with -M and -e (and -p), or give the report perturb
     wrote with --mechanism-report; without --method the perturbation-aware estimator runs
-    (docs/inference.md). Numeric-only methods (gtm, mean, median, raykar, sigma, ...) read
-    integer answers as numbers; --kind overrides.
+    (docs/inference.md). An aware method (-m aware-glad, ...) given no mechanism runs with no
+    channel, and a note says what model that is. Numeric-only methods (gtm, mean, median,
+    raykar, sigma, ...) read integer answers as numbers; --kind overrides.
     """
     from ..errors import NotNumericError
     from ..inference import (
