@@ -107,6 +107,17 @@ def seeded(case: str) -> dict[str, Any]:
     return params
 
 
+@pytest.mark.parametrize("method, kind", [(m, k) for m, k in CASES if "@" in m])
+def test_told_mechanism_enters_the_fit(method, kind):
+    # The told cases check the contract through the channel only if the estimator uses it:
+    # on the same perturbed answers, the fit without the mechanism must differ.
+    data = toy(kind, method)
+    told = fit(method, data)
+    blind = fit(method_of(method), data)
+    assert told.get_params()["mechanism"] is CHANNELS[method.partition("@")[2]]
+    assert not np.allclose(told.weights_["weight"], blind.weights_["weight"], rtol=1e-6)
+
+
 @pytest.mark.parametrize("method, kind", CASES)
 def test_fitted_attributes(method, kind):
     data = toy(kind, method)
