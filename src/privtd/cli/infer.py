@@ -32,6 +32,33 @@ from ._common import (
 )
 from ._names import MECHANISM_NAMES, METHOD_NAMES
 
+#: What each perturbation-aware method is without a mechanism (its estimator's docstring, for
+#: mechanism=None): the note infer prints when one is asked for by name and told no mechanism.
+#: aware-null has no such form: it reads a mechanism's release of whole rows.
+AWARE_WITHOUT_MECHANISM = {
+    "aware-one-coin": "a one-coin model with a learned accuracy prior (as one-coin-ds)",
+    "aware-ds": "Dawid-Skene with a Dirichlet prior on the confusions (as ds)",
+    "aware-gaussian": "a hierarchical Gaussian model with a learned variance law",
+    "aware-glad": "plain glad",
+    "aware-mace": "plain mace",
+    "aware-zencrowd": "plain zencrowd",
+}
+
+#: The perturbation-aware form of a plain method, for the note when a plain method is asked
+#: for with a mechanism: each models randomized response (one-layer, two-layer, binary-rr).
+AWARE_FORM = {
+    "ds": "aware-ds",
+    "one-coin-ds": "aware-one-coin",
+    "glad": "aware-glad",
+    "mace": "aware-mace",
+    "zencrowd": "aware-zencrowd",
+}
+
+#: The mechanisms the forms in AWARE_FORM model.
+RANDOMIZED_RESPONSE = ("one-layer", "two-layer", "binary-rr")
+
+_GIVE_MECHANISM = "-M NAME -e EPSILON (or -p KEY=VALUE), or --mechanism-report FILE"
+
 
 @click.command()
 @click.argument("answers", type=click.Path())
@@ -204,11 +231,13 @@ def infer(
 
     Perturbed answers: name the mechanism with -M and -e (and -p), or give the report perturb
     wrote with --mechanism-report; without --method the perturbation-aware estimator runs
-    (docs/inference.md). Numeric-only methods (gtm, mean, median, raykar, sigma, ...) read
-    integer answers as numbers; --kind overrides.
+    (docs/inference.md). An aware method (-m aware-glad, ...) given no mechanism runs with no
+    channel, and a note says what model that is. Numeric-only methods (gtm, mean, median,
+    raykar, sigma, ...) read integer answers as numbers; --kind overrides.
     """
     from ..errors import NotNumericError
     from ..inference import (
+        AWARE_METHOD,
         AWARE_METHODS,
         METHODS,
         NO_AWARE_METHOD,
@@ -264,6 +293,19 @@ def infer(
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    if mechanism is None and method in AWARE_METHODS:
+        if method not in AWARE_WITHOUT_MECHANISM:
+            releases = " or ".join(k for k, v in AWARE_METHOD.items() if v == method)
+            raise ValidationError(
+                f"{method} reads the rows a mechanism ({releases}) released and needs it: give "
+                f"{_GIVE_MECHANISM}."
+            )
+        # Asked for by name, the aware form runs without a channel: say what that is.
+        click.echo(
+            f"privtd: note: {method} without a mechanism is {AWARE_WITHOUT_MECHANISM[method]}; "
+            f"to model the perturbation, give {_GIVE_MECHANISM}.",
+            err=True,
+        )
     if multi_label is not None:
         if mechanism or engine != "memory" or method is None:
             raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
@@ -379,10 +421,19 @@ def infer(
         if method in AWARE_METHODS:
             params["mechanism"] = mech
         else:
-            # The user asked for a plain estimator: run it, but say the channel goes unused.
+            # The user asked for a plain estimator: run it, but say the channel goes unused,
+            # and name the method's own aware form where it has one for this mechanism.
+            default = f"the perturbation-aware default ({aware_method(mech) or 'none'})"
+            form = AWARE_FORM.get(method) if mechanism in RANDOMIZED_RESPONSE else None
+            if form is None:
+                instead = f"leave out --method for {default}"
+            elif form == aware_method(mech):
+                instead = f"pass -m {form}, its perturbation-aware form (the default here)"
+            else:
+                instead = f"pass -m {form}, its perturbation-aware form, or leave out --method for "
+                instead += default
             click.echo(
-                f"privtd: note: {method} does not model the {mechanism} mechanism; leave out "
-                f"--method for the perturbation-aware default ({aware_method(mech) or 'none'}).",
+                f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
                 err=True,
             )
     if method is None:

@@ -288,16 +288,13 @@ class Estimator(ABC):
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: crowd-kit's name for a fitted attribute (an
-        # estimator that sets one itself, e.g. its own skills_, wins), or a fitted attribute
-        # read before fit.
+        # estimator that sets one itself, e.g. its own skills_, wins), a fitted attribute read
+        # before fit, or a name this model does not have.
+        fitted = "truths_" in self.__dict__
         alias = _CROWDKIT_ALIASES.get(name)
-        if alias is not None and "truths_" in self.__dict__:
+        if alias is not None and fitted:
             return alias(self)
-        if name.endswith("_") and not name.startswith("_"):
-            raise NotFittedError(
-                f"{type(self).__name__}.{name} is not available: call fit(answers) first."
-            )
-        raise AttributeError(name)
+        raise missing_attribute(self, name, fitted)
 
     # ---------------------------------------------------------------- for subclasses
     @abstractmethod
@@ -403,6 +400,64 @@ _CROWDKIT_ALIASES: dict[str, Callable[[Estimator], Any]] = {
     "loss_history_": lambda est: [float(v) for v in est.objective_],
     "errors_": _errors,
 }
+
+
+#: crowd-kit 1.4.2's fitted attribute names (its aggregation classes' attributes ending in
+#: ``_``, and ``BinaryRelevance.aggregators_``) that no privtd estimator has under that name:
+#: privtd's names for them are in docs/reference.md, "crowd-kit's names in privtd".
+#: tests/test_contract.py checks that no privtd estimator sets one.
+CROWDKIT_ONLY_NAMES = frozenset(
+    {
+        "aggregators_",
+        "alphas_",
+        "biases_",
+        "embeddings_and_outputs_",
+        "mv_",
+        "posteriors_",
+        "scores_",
+        "segmentation_region_size_",
+        "segmentations_",
+        "segmentations_sizes_",
+        "smoothing_",
+        "spamming_",
+        "strategy_priors_",
+        "texts_",
+        "theta_priors_",
+        "thetas_",
+    }
+)
+
+#: crowd-kit's names that some privtd estimators have too (``priors_``: Dawid-Skene's family;
+#: ``betas_``: GLAD), or answer through :data:`_CROWDKIT_ALIASES`.
+_CROWDKIT_SHARED_NAMES = frozenset(
+    {"labels_", "probas_", "skills_", "errors_", "loss_history_", "priors_", "betas_"}
+)
+
+
+def missing_attribute(owner: object, name: str, fitted: bool) -> AttributeError:
+    """The error for an attribute ``owner`` lacks (both subclass ``AttributeError``, so
+    ``hasattr`` and ``getattr(est, name, default)`` work): before a fit, a fitted attribute's
+    name (ending in ``_``) gets :class:`NotFittedError`; after it, the model has no such
+    attribute, and the message lists those it has. A crowd-kit name points to the table of
+    privtd's names for crowd-kit's, whether fitted or not."""
+    cls = type(owner).__name__
+    if not name.endswith("_") or name.startswith("_"):
+        return AttributeError(f"{cls!r} object has no attribute {name!r}")
+    crowdkit = name in CROWDKIT_ONLY_NAMES or name in _CROWDKIT_SHARED_NAMES
+    where = (
+        f' {name} is a crowd-kit name: docs/reference.md, "crowd-kit\'s names in privtd", '
+        "gives privtd's name for each."
+        if crowdkit
+        else ""
+    )
+    if not fitted and name not in CROWDKIT_ONLY_NAMES:
+        return NotFittedError(f"{cls}.{name} is not available: call fit(answers) first.{where}")
+    if not fitted:
+        return AttributeError(f"{cls} has no attribute {name!r}.{where}")
+    have = sorted(k for k in vars(owner) if k.endswith("_") and not k.startswith("_"))
+    return AttributeError(
+        f"{cls} has no attribute {name!r}; its fitted attributes are {', '.join(have)}.{where}"
+    )
 
 
 def _check_int(owner: str, name: str, value: Any, low: int | None = None) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..answers import Answers
-from ..errors import NotFittedError, SchemaError, ValidationError
-from ._base import Estimator, GoldLike, gold_series
+from ..errors import SchemaError, ValidationError
+from ._base import Estimator, GoldLike, gold_series, missing_attribute
 
 
 class BinaryRelevance:
@@ -65,11 +65,9 @@ class BinaryRelevance:
         return f"BinaryRelevance(method={self.method!r}{extra})"
 
     def __getattr__(self, name: str) -> Any:
-        if name.endswith("_") and not name.startswith("_"):
-            raise NotFittedError(
-                f"BinaryRelevance.{name} is not available: call fit(answers) first."
-            )
-        raise AttributeError(name)
+        # Only reached when normal lookup fails: before fit, NotFittedError; after, the model
+        # has no such attribute (as Estimator's).
+        raise missing_attribute(self, name, "truths_" in self.__dict__)
 
     def fit(self, answers: pd.DataFrame, *, gold: GoldLike = None) -> BinaryRelevance:
         """Fit one binary estimator per label on the ``answers`` table (see the class doc)."""
@@ -152,6 +150,16 @@ class BinaryRelevance:
                 "The answers table is empty (0 rows). Pass at least one (task, worker, answer) row."
             )
         frame = answers[wanted].rename(columns={column: "answer"}).reset_index(drop=True)
+        # A missing cell is not "chose none" (that is an empty list): say so rather than read
+        # it as one. isna() is True for a missing scalar only, never for a list.
+        absent = frame["answer"].isna().to_numpy()
+        if absent.any():
+            row = int(np.flatnonzero(absent)[0])
+            raise ValidationError(
+                f"The answers table has {int(absent.sum())} missing answer(s), the first in row "
+                f"{row} (task {frame['task'].iat[row]!r}, worker {frame['worker'].iat[row]!r}). "
+                "Give an empty list where a worker chose no label, or drop the row."
+            )
         return frame
 
     @staticmethod
