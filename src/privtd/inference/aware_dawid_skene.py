@@ -192,6 +192,9 @@ class AwareDawidSkene(Estimator):
         other labels.
     class_prior : {"learned", "uniform"}, default "learned"
         As Dawid-Skene, the class prior is re-estimated each iteration; "uniform" keeps it fixed.
+        With very few workers per task a learned prior can absorb their bias (one worker alone
+        cannot be told from the class balance) and put tasks in the more frequent class;
+        "uniform" keeps a lone worker's answers.
     max_iter : int, default 100
         Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
     tol : float or None, default None
