@@ -9,20 +9,10 @@ import sys
 import pandas as pd
 import pytest
 
+from cli_runner import run_cli as run
 from privtd import cli as cli_mod
 from privtd import datasets, evaluate, make_estimator
-from privtd.cli import main
 from privtd.mechanisms import TwoLayerRR
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

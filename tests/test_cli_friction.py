@@ -10,18 +10,8 @@ import stat
 import pandas as pd
 import pytest
 
+from cli_runner import run_cli as run
 from privtd._csv import _read_pandas, read_csv
-from privtd.cli import main
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line_error(code, err):

@@ -24,8 +24,8 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("pyarrow")
 
+from cli_runner import run_cli as run
 from privtd import Answers, datasets  # noqa: E402
-from privtd.cli import main  # noqa: E402
 from privtd.errors import ConvergenceWarning, ValidationError  # noqa: E402
 from privtd.inference import fit_distributed, make_estimator  # noqa: E402
 from privtd.inference.distributed import DISTRIBUTED_METHODS, connect, ingest  # noqa: E402
@@ -322,16 +322,6 @@ def test_task_ids_of_different_types_across_files_are_an_error(files, client, tm
     (tmp_path / "b.parquet").unlink()
     with pytest.raises(ValidationError, match="Task ids are integer"):
         ingest(tmp_path, client, partitions=2)
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):

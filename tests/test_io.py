@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cli_runner import run_cli as run
 from privtd import Answers, _csv, io
-from privtd.cli import main
 from privtd.errors import SchemaError, ValidationError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,16 +26,6 @@ MTURK = str(DATA / "mturk_batch_results.csv")
 MTURK_RADIO = str(DATA / "mturk_radio_results.csv")
 LABEL_STUDIO = str(DATA / "label_studio_export.json")
 APPEN = str(DATA / "appen_full_report.csv")
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def triples(imported):

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli_runner import run_cli
 from privtd import Answers, ValidationError, datasets
-from privtd.cli import main
 from privtd.datasets import make_categorical
 from privtd.errors import ConvergenceWarning
 from privtd.inference import DawidSkene, MajorityVote, MinimaxEntropy
@@ -234,16 +234,6 @@ def test_start_is_the_majority_vote_shares():
             expected = sum(mu[j, c] for r in row if r is not None and r == k)
             assert tau_counts[j, c, k] == pytest.approx(expected)
     assert sigma_counts.sum() == pytest.approx(answers.n_answers)
-
-
-def run_cli(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_infers_with_minimax(tmp_path, capsys):
