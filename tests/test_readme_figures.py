@@ -348,3 +348,24 @@ def test_crowdkit_table_mmsr_column_is_the_stored_run() -> None:
     section = _section(REFERENCE_DOC, "## Wawa, ZeroBasedSkill, KOS, MMSR")
     for name, pair in stored.items():
         assert _row_in(section, f"| {name} |")[4] == pair, name
+
+
+def test_crowdkit_ds_tables_are_the_stored_run() -> None:
+    # Every cell of "Dawid-Skene and one-coin Dawid-Skene"'s two tables (steps and agreement,
+    # then accuracy) is the stored run's, and every stored dataset has its rows.
+    stored: dict[str, dict[str, list[str]]] = {}
+    for line in (RESULTS / "crowdkit_ds_steps.txt").read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[1] in ("ds", "one-coin-ds") and parts[2].isdigit():
+            stored.setdefault(parts[0], {})[parts[1]] = parts[2:]
+    assert len(stored) == 5 and all(len(m) == 2 for m in stored.values()), stored
+    section = _section(REFERENCE_DOC, "## Dawid-Skene and one-coin Dawid-Skene")
+    steps_rows = [x for x in section.splitlines() if re.match(r"\| \w+ \| \d+ \|", x)]
+    accuracy_rows = [x for x in section.splitlines() if re.match(r"\| \w+ \| 0\.\d{4} \|", x)]
+    assert len(steps_rows) == len(accuracy_rows) == len(stored)
+    for name, models in stored.items():
+        ds, one = models["ds"], models["one-coin-ds"]
+        cells = _row_in("\n".join(steps_rows), f"| {name} |")
+        assert cells[1:] == ds[:4] + one[:4], name
+        cells = _row_in("\n".join(accuracy_rows), f"| {name} |")
+        assert cells[1:] == ds[4:] + one[4:], name

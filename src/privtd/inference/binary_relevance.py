@@ -1,4 +1,10 @@
-"""Multi-label answers through binary relevance: one binary problem per label."""
+"""Multi-label answers through binary relevance: one binary problem per label.
+
+Binary relevance is the standard reduction of multi-label learning to one independent binary
+problem per label (Tsoumakas & Katakis, "Multi-label classification: an overview",
+International Journal of Data Warehousing and Mining 3(3), 2007); crowd-kit's
+``BinaryRelevance`` applies it to crowd answers the same way (docs/inference.md).
+"""
 
 from __future__ import annotations
 
