@@ -87,7 +87,7 @@ def main() -> None:
         f"{args.repeats}{' --sweep' if args.sweep else ''}",
         "#",
         "# Accuracy on the tasks with an expert truth; time, cpu: median wall clock and process",
-        "# CPU seconds of the repeats (BLAS held to one thread in minimax's fit); ratio:",
+        "# CPU seconds of the repeats; ratio:",
         "# minimax's wall time over Dawid-Skene's in this process. mv breaks ties to the first",
         "# label. alpha, beta: the penalties on tau and sigma (defaults: beta = K^2 / 4,",
         "# alpha = beta * tasks / workers, the authors' code's rule).",

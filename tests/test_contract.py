@@ -631,7 +631,7 @@ def test_multi_label_bad_input(method):
         BinaryRelevance(method).fit(data.iloc[:0])
     missing = data.copy()
     missing.loc[3, "answer"] = np.nan  # not "chose none" (an empty list): a missing answer
-    with pytest.raises(ValidationError, match="missing answer.*row 3"):
+    with pytest.raises(ValidationError, match="missing answer.*position 3"):
         BinaryRelevance(method).fit(missing)
     twice = pd.concat([data, data.iloc[[0]]], ignore_index=True)
     with pytest.raises(ValidationError, match="repeat a \\(task, worker\\) pair"):

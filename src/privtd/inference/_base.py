@@ -454,9 +454,14 @@ def missing_attribute(owner: object, name: str, fitted: bool) -> AttributeError:
         return NotFittedError(f"{cls}.{name} is not available: call fit(answers) first.{where}")
     if not fitted:
         return AttributeError(f"{cls} has no attribute {name!r}.{where}")
-    have = sorted(k for k in vars(owner) if k.endswith("_") and not k.startswith("_"))
+    have = {k for k in vars(owner) if k.endswith("_") and not k.startswith("_")}
+    # Also the names answered without being set: crowd-kit's aliases and properties such as
+    # warm_state_ (where the class has them).
+    have |= set(_CROWDKIT_ALIASES) if isinstance(owner, Estimator) else set()
+    have |= {k for k in dir(type(owner)) if k.endswith("_") and not k.startswith("_")}
     return AttributeError(
-        f"{cls} has no attribute {name!r}; its fitted attributes are {', '.join(have)}.{where}"
+        f"{cls} has no attribute {name!r}; its fitted attributes are "
+        f"{', '.join(sorted(have))}.{where}"
     )
 
 
@@ -490,8 +495,9 @@ def _check_float(
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
+        # Infinite values are never accepted, so an unbounded end is written open.
+        lo = "(" if low_open or low is None else "["
+        hi = ")" if high_open or high is None else "]"
         rng = f"{lo}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{hi}"
         raise ValidationError(
             f"The '{name}' parameter of {owner} must be a float in {rng}. Got {value!r}."

@@ -956,7 +956,9 @@ def choose_backend(n_answers: int, passes: int = 1) -> str:
     """The backend a fit of ``n_answers`` answers and ``passes`` planned passes over them runs
     on: the chosen one (:func:`set_backend`, ``PRIVTD_BACKEND``) if any, else numba when its
     work ``n_answers * passes`` reaches :data:`NUMBA_MIN_WORK` (:data:`NUMBA_MIN_WORK_WARM`
-    once numba has run in this process), else numpy."""
+    once numba has run in this process), else numpy. So without a chosen backend the same
+    fit may run on either, depending on what ran before it in the process; the two agree to
+    1e-9, not bit for bit: choose one where fits must repeat exactly."""
     if _chosen or _backend != "numba":
         return _backend
     threshold = NUMBA_MIN_WORK_WARM if numba_ready() else NUMBA_MIN_WORK

@@ -162,8 +162,9 @@ class BinaryRelevance:
         if absent.any():
             row = int(np.flatnonzero(absent)[0])
             raise ValidationError(
-                f"The answers table has {int(absent.sum())} missing answer(s), the first in row "
-                f"{row} (task {frame['task'].iat[row]!r}, worker {frame['worker'].iat[row]!r}). "
+                f"The answers table has {int(absent.sum())} missing answer(s), the first at "
+                f"position {row} (counting from 0; task {frame['task'].iat[row]!r}, worker "
+                f"{frame['worker'].iat[row]!r}). "
                 "Give an empty list where a worker chose no label, or drop the row."
             )
         return frame

@@ -23,7 +23,6 @@ worker) and one sparse product (per task). The derivation is in docs/inference.m
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import numpy as np
@@ -118,10 +117,6 @@ class MinimaxEntropy(Estimator):
         _check_float(name, "m_step_tol", self.m_step_tol, 0.0, low_open=True)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        with _one_blas_thread():
-            self._fit_em(answers, gold)
-
-    def _fit_em(self, answers: Answers, gold: Gold | None) -> None:
         from scipy.optimize import minimize  # scipy loads on first fit: privtd imports light
 
         model = _Model(answers)
@@ -185,17 +180,6 @@ class MinimaxEntropy(Estimator):
             out["alpha"] = f"{self.alpha_:.4g}"
             out["beta"] = f"{self.beta_:.4g}"
         return out
-
-
-def _one_blas_thread() -> contextlib.AbstractContextManager[Any]:
-    """BLAS limited to one thread where threadpoolctl is installed (it is not a dependency):
-    L-BFGS-B's vector updates call BLAS, and on a busy 2-core machine OpenBLAS's threads made
-    its iterations over 190,000 parameters (AdultContent's count) 3x slower."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - depends on the environment
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
 
 
 class _Model:
