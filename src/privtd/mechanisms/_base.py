@@ -48,6 +48,11 @@ class Guarantee:
         return f"epsilon={eps}{delta} per {self.unit}"
 
 
+def _check_release_size(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValidationError(f"A release counts its answers: an int >= 0. Got {k!r}.")
+
+
 class Budget:
     """A worker's privacy budget: refuses, before anything is perturbed, a release that would
     take the worker's composed epsilon (and delta) past it."""
@@ -107,6 +112,21 @@ class Mechanism(ABC):
 
     def _guarantee_note(self) -> str:
         return ""
+
+    def answer_epsilon(self, k: int) -> float:
+        """The epsilon of one ``unit`` given the worker's other ``k - 1`` releases of the same
+        draw: what each answer keeps when a worker releases ``k`` together.
+
+        Equal to ``epsilon`` for a mechanism whose answers are perturbed independently; larger
+        where the answers share a private draw that the other releases reveal (two-layer)."""
+        _check_release_size(k)
+        return self.epsilon if k else 0.0
+
+    def release_epsilon(self, k: int) -> float:
+        """The epsilon of a worker's whole release of ``k`` units under one draw (any of them may
+        differ): ``k epsilon`` by sequential composition, unless the mechanism knows better."""
+        _check_release_size(k)
+        return self.epsilon * k if k else 0.0
 
     @classmethod
     @abstractmethod

@@ -12,8 +12,9 @@ import numpy as np
 from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import CellMechanism, Unit
+from ._base import CellMechanism, Unit, _check_release_size
 from ._random import Draws, id_hashes
+from ._shared_draw import shared_flip_epsilons
 
 # Stream numbers: which uniform each decision uses (cells: flip, replacement; worker: f_u).
 _FLIP, _OTHER, _WORKER_F = 1, 2, 3
@@ -148,14 +149,16 @@ class TwoLayerRR(CellMechanism):
     every one of its answers with ``f_u`` (P0 Algorithm 2).
 
     Guarantee
-        Per answer, with ``f_u`` unknown to the server: ``epsilon = |ln((2 - a - b)(s - 1) /
-        (a + b))|`` (P0 Theorem 6.3), the same as one-layer with ``f = (a + b) / 2``. Pure and
-        tight for a single answer.
-    Caveat (docs/algorithms.md#the-two-layer-caveat)
-        A worker's answers share ``f_u``, so together they reveal it: given ``f_u`` each answer
-        only has ``|ln((1 - f_u)(s - 1) / f_u)|``, unbounded as ``f_u -> 0`` (and a worker with
-        ``f_u`` near 1 can be inverted). This is not worker-level LDP;
-        :meth:`conditional_epsilons` reports the per-worker figures.
+        ``epsilon`` is P0's figure (Theorem 6.3), the loss of one answer *alone*, with ``f_u``
+        unknown to the server: ``|ln((2 - a - b)(s - 1) / (a + b))|``, the same as one-layer with
+        ``f = (a + b) / 2``. It is what a worker gets only if it releases a single answer.
+    What a worker releasing ``k`` answers under one draw gets (docs/privacy.md)
+        Its answers share ``f_u``, so its other reports tell the server about ``f_u``.
+        :meth:`answer_epsilon` is the loss of one answer given the other ``k - 1`` reports (about
+        ``ln k`` with ``a = 0``, whatever ``epsilon`` was asked for); :meth:`release_epsilon` the
+        loss of the whole release (about ``k ln 2`` with ``a = 0``, against ``k epsilon`` by
+        composition). Both are exact (``privtd.mechanisms._shared_draw``). Given ``f_u`` itself
+        each answer has ``|ln((1 - f_u)(s - 1) / f_u)|`` (:meth:`conditional_epsilons`).
     Cost
         One uniform per worker, two per answer.
     """
@@ -186,9 +189,19 @@ class TwoLayerRR(CellMechanism):
 
     def _guarantee_note(self) -> str:
         return (
-            "marginal over the worker's private f_u; not a worker-level guarantee "
-            "(docs/algorithms.md#the-two-layer-caveat)"
+            "one answer alone, marginal over the worker's private f_u (P0's figure); a worker's "
+            "answers share f_u: see answer_epsilon(k) and release_epsilon(k)"
         )
+
+    def answer_epsilon(self, k: int) -> float:
+        """One answer's loss given the worker's other ``k - 1`` reports under the same ``f_u``."""
+        _check_release_size(k)
+        return shared_flip_epsilons(int(k), self.n_labels, self.a, self.b)[0]
+
+    def release_epsilon(self, k: int) -> float:
+        """The loss of the whole release of ``k`` answers under one ``f_u``."""
+        _check_release_size(k)
+        return shared_flip_epsilons(int(k), self.n_labels, self.a, self.b)[1]
 
     @classmethod
     def from_epsilon(cls, epsilon: float, n_labels: int = 2, a: float = 0.0) -> TwoLayerRR:  # type: ignore[override]
