@@ -189,8 +189,8 @@ class TwoLayerRR(CellMechanism):
 
     def _guarantee_note(self) -> str:
         return (
-            "one answer alone, marginal over the worker's private f_u (P0's figure); a worker's "
-            "answers share f_u: see answer_epsilon(k) and release_epsilon(k)"
+            "one answer alone, marginal over the worker's private f_u (P0's figure), not a "
+            "worker-level guarantee: answers share f_u (answer_epsilon(k), release_epsilon(k))"
         )
 
     def answer_epsilon(self, k: int) -> float:
