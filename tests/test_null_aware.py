@@ -161,7 +161,7 @@ def test_two_layer_null_marginal_law():
     kept = np.zeros(100_000, bool)
     kept[out.worker[out.value == 2.0]] = True
     assert abs(kept.mean() - keep) < 4.5 * math.sqrt(keep * (1 - keep) / 100_000)
-    assert "given eps_u a cell has eps_u" in m.guarantee.note
+    assert "not a worker-level guarantee" in m.guarantee.note and "share eps_u" in m.guarantee.note
 
 
 @pytest.mark.parametrize("name", ["laplace", "krr-null", "two-layer-null", "exp-gaussian"])

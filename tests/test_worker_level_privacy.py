@@ -8,12 +8,24 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import integrate
 
 from privtd import datasets
+from privtd.answers import Answers
 from privtd.errors import ValidationError
-from privtd.mechanisms import OneLayerRR, TwoLayerRR
+from privtd.mechanisms import (
+    BinaryRR,
+    ExpGaussian,
+    KRRNull,
+    LaplaceNull,
+    MFPerturbation,
+    OneLayerRR,
+    TwoLayerNull,
+    TwoLayerRR,
+    task_profiles,
+)
 from privtd.mechanisms._shared_draw import log_uniform_moments, shared_flip_epsilons
 
 
@@ -142,3 +154,181 @@ def test_simulated_through_perturb():
     se = math.sqrt(1 / kept_all + 1 / (one_flip * k))
     assert simulated == pytest.approx(mech.answer_epsilon(k), abs=4 * se)
     assert simulated > 2.5 * mech.epsilon
+
+
+# ---------------------------------------------------------------- P3's two-layer with NULL
+
+
+def _null_report_probability(x, y, symbols, top):
+    """P(row y | row x) for TwoLayerNull by direct integration over eps ~ U(0, top)."""
+    g = symbols - 1
+
+    def integrand(e):
+        out = 1.0
+        for xi, yi in zip(x, y, strict=True):
+            out *= math.exp(e) / (g + math.exp(e)) if xi == yi else 1.0 / (g + math.exp(e))
+        return out
+
+    return integrate.quad(integrand, 0.0, top, epsabs=0, epsrel=1e-12)[0] / top
+
+
+@pytest.mark.parametrize(
+    ("k", "low", "high", "mean"), [(1, 1, 2, 1.0), (2, 1, 2, 0.5), (3, 0, 2, 1.5), (2, 1, 4, 2.0)]
+)
+def test_two_layer_null_figures_match_enumeration(k, low, high, mean):
+    symbols = high - low + 2  # the scores and NULL
+    rows = list(itertools.product(range(symbols), repeat=k))
+    prob = {(x, y): _null_report_probability(x, y, symbols, 2 * mean) for x in rows for y in rows}
+    one = whole = 0.0
+    for x, x2, y in itertools.product(rows, rows, rows):
+        loss = abs(math.log(prob[x, y] / prob[x2, y]))
+        whole = max(whole, loss)
+        if sum(u != v for u, v in zip(x, x2, strict=True)) == 1:
+            one = max(one, loss)
+    mech = TwoLayerNull(mean, low, high)
+    assert mech.answer_epsilon(k) == pytest.approx(one, rel=1e-9)
+    assert mech.release_epsilon(k) == pytest.approx(whole, rel=1e-9)
+    if k == 1:
+        assert mech.epsilon == pytest.approx(one, rel=1e-9)
+
+
+def test_two_layer_null_figures_grow_towards_the_top_of_the_draw():
+    mech = TwoLayerNull(1.0, 1, 5)
+    figures = [mech.answer_epsilon(k) for k in (1, 10, 100, 1000)]
+    assert figures == sorted(figures)
+    assert mech.answer_epsilon(1) == pytest.approx(mech.epsilon, rel=1e-10)
+    # Given eps_u a cell has eps_u <= 2 mean_epsilon: the bound the figures approach.
+    assert 1.99 < mech.answer_epsilon(1000) < 2.0
+    assert 2 * 1000 * 0.6 < mech.release_epsilon(1000) < 2 * 1000
+    assert mech.release_epsilon(100) > 100 * mech.epsilon
+
+
+def test_two_layer_null_simulated_through_perturb():
+    # 20,000 workers each answer the lowest score on 20 tasks. A row kept whole has probability
+    # exp l(20) (about 0.09); a row with one given cell moved to one given other symbol exp l(19):
+    # their ratio is the one-cell-given-the-others loss (the step at m = k is the largest, l
+    # being convex): 3.33 against the marginal 1.71.
+    k, n = 20, 20_000
+    mech = TwoLayerNull(2.0, 1, 2)
+    answers = Answers(
+        task=np.tile(np.arange(k, dtype=np.int32), n),
+        worker=np.repeat(np.arange(n, dtype=np.int32), k),
+        value=np.ones(n * k),
+        tasks=pd.RangeIndex(k),
+        workers=pd.RangeIndex(n),
+    )
+    out = mech.perturb(answers, rng=5)
+    grid = np.full((n, k), np.nan)
+    grid[out.worker, out.task] = out.value
+    moved = (grid != 1.0).sum(axis=1)  # NaN (NULL) counts as moved
+    kept_all = np.count_nonzero(moved == 0)
+    one_moved = np.count_nonzero(moved == 1) / (k * mech.domain_size)
+    simulated = math.log(kept_all / one_moved)
+    se = math.sqrt(1 / kept_all + 1 / (one_moved * k * mech.domain_size))
+    assert simulated == pytest.approx(mech.answer_epsilon(k), abs=4 * se)
+    assert simulated > mech.epsilon + 8 * se
+
+
+# ---------------------------------------------------------------- P1's exponential variance
+
+
+def _grid_report_probability(squares, lam):
+    """P(k reports whose offsets' squares sum to ``squares`` | answers), w = s^2 ~ Exp(lam) in
+    grid steps^2, by quadrature over w with the discrete Gaussian's normaliser summed directly."""
+    j = np.arange(-400, 401)
+
+    def integrand(w, k):
+        if w <= 0:
+            return 0.0
+        z = np.exp(-(j * j) / (2 * w)).sum()
+        return lam * math.exp(-lam * w - squares / (2 * w)) / z**k
+
+    return integrand
+
+
+def _expgauss_enumerated(k, mech, window):
+    """(one report given the others, whole release) over answer codes {0..n}^k and reports within
+    ``window`` steps of [0, n], each probability by quadrature."""
+    n = mech.n_steps
+    lam = mech.rate * mech.step**2
+    cache: dict[int, float] = {}
+
+    def prob(s):
+        if s not in cache:
+            f = _grid_report_probability(s, lam)
+            cache[s] = sum(
+                integrate.quad(f, lo, hi, args=(k,), epsabs=0, epsrel=1e-11, limit=400)[0]
+                for lo, hi in [(0, 0.05), (0.05, 1), (1, 20), (20, 400), (400, np.inf)]
+            )
+        return cache[s]
+
+    codes = list(itertools.product(range(n + 1), repeat=k))
+    reports = list(itertools.product(range(-window, n + window + 1), repeat=k))
+    one = whole = 0.0
+    for y in reports:
+        logp = {
+            x: math.log(prob(sum((a - b) ** 2 for a, b in zip(y, x, strict=True)))) for x in codes
+        }
+        top, bottom = max(logp.values()), min(logp.values())
+        whole = max(whole, top - bottom)
+        for x, x2 in itertools.product(codes, codes):
+            if sum(u != v for u, v in zip(x, x2, strict=True)) == 1:
+                one = max(one, logp[x] - logp[x2])
+    return one, whole
+
+
+@pytest.mark.parametrize(("k", "eps", "steps"), [(2, 1.0, 1), (2, 0.5, 2), (3, 1.0, 1)])
+def test_exp_gaussian_figures_match_enumeration(k, eps, steps):
+    mech = ExpGaussian.from_epsilon(eps, 0.0, 1.0, granularity=1.0 / steps)
+    one, whole = _expgauss_enumerated(k, mech, window=3)
+    # The worst reports lie within the window (the others on their answers, or every report
+    # equally far out), so enumeration reaches the figures.
+    assert mech.answer_epsilon(k) == pytest.approx(one, rel=1e-6)
+    assert mech.release_epsilon(k) == pytest.approx(whole, rel=1e-6)
+    assert one > 1.2 * eps
+
+
+def test_exp_gaussian_simulated_through_perturb():
+    # 20,000 workers each report 20 answers at the grid's low end (one step wide grid). All 20
+    # reports exactly on the answers has probability exp l(0); one given report one step up and
+    # the rest exact, exp l(1): their log ratio is a loss the other reports expose (they say the
+    # worker's variance is tiny), which the marginal epsilon = 1 does not cover.
+    k, n = 20, 20_000
+    mech = ExpGaussian.from_epsilon(1.0, 0.0, 1.0, granularity=1.0)
+    answers = Answers(
+        task=np.tile(np.arange(k, dtype=np.int32), n),
+        worker=np.repeat(np.arange(n, dtype=np.int32), k),
+        value=np.zeros(n * k),
+        tasks=pd.RangeIndex(k),
+        workers=pd.RangeIndex(n),
+    )
+    out = mech.perturb(answers, rng=9)
+    offsets = out.value.reshape(n, k)  # grid step 1, answers at 0
+    exact = np.count_nonzero(offsets == 0.0, axis=1)
+    all_exact = np.count_nonzero(exact == k)
+    # One report +-1 step, the others exact; per place and sign.
+    one_off = np.count_nonzero((exact == k - 1) & (np.abs(offsets).sum(axis=1) == 1)) / (2 * k)
+    simulated = math.log(all_exact / one_off)
+    se = math.sqrt(1 / all_exact + 1 / (one_off * 2 * k))
+    ell = mech._log_release(np.array([0.0, 1.0]), k)
+    assert simulated == pytest.approx(ell[0] - ell[1], abs=4 * se)
+    assert mech.answer_epsilon(k) >= ell[0] - ell[1]
+    assert simulated > mech.epsilon + 3.0
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [
+        OneLayerRR.from_epsilon(1.0, 3),
+        BinaryRR.from_epsilon(0.7),
+        KRRNull.from_epsilon(1.0, 1, 4),
+        LaplaceNull.from_epsilon(1.0, 1, 4),
+        MFPerturbation.from_epsilon(1.0, task_profiles(6, 2, rng=0), 1, 4),
+    ],
+    ids=lambda m: m.name,
+)
+def test_mechanisms_without_a_per_worker_draw_compose(mech):
+    # Their cells are perturbed independently (mf: one objective whose sensitivity grows by one
+    # cell's at a time), so k units cost k epsilon and each keeps epsilon given the others.
+    assert mech.answer_epsilon(30) == mech.epsilon
+    assert mech.release_epsilon(30) == pytest.approx(30 * mech.epsilon)

@@ -13,6 +13,10 @@ places has probability ``L(m) = E[(1 - f)^m (f / (s - 1))^(k - m)]`` (``s`` labe
 
 For one answer both are P0's marginal figure; as ``k`` grows the first tends to ``ln k``-like
 growth (the draw is learned from the other reports) and the second to about ``k ln 2``.
+
+P3's two-layer with NULL has the same shape with a private budget ``eps ~ U(0, top)`` in place of
+``f`` (:func:`shared_budget_epsilons`); P1's exponential variance is handled beside its mechanism
+(``ExpGaussian.answer_epsilon``), whose reports enter through their sum of squared offsets.
 """
 
 from __future__ import annotations
@@ -97,3 +101,54 @@ def shared_flip_epsilons(k: int, n_labels: int, a: float, b: float) -> tuple[flo
         return math.inf, math.inf
     step = float(np.abs(np.diff(ell)).max())
     return step, float(ell.max() - ell.min())
+
+
+def log_budget_moments(m: np.ndarray, k: int, others: int, top: float) -> np.ndarray:
+    """``ln E[e^(eps m) / (g + e^eps)^k]`` for ``eps ~ U(0, top)`` (``g = others``), elementwise.
+
+    P3's two-layer with NULL keeps a cell's symbol with ``e^eps / (g + e^eps)`` and moves it to
+    each other symbol with ``1 / (g + e^eps)``; a report of ``k`` cells that agrees with the row in
+    ``m`` of them has this probability. The log-integrand ``eps m - k ln(g + e^eps)`` is concave,
+    so it is integrated as :func:`log_uniform_moments` is: Gauss-Legendre over a window around its
+    peak, in log space.
+    """
+    m = np.asarray(m, dtype=float)
+    g = float(others)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # The peak: m = k e^eps / (g + e^eps), so e^eps = g m / (k - m), clipped to [0, top].
+        peak = np.clip(np.log(g * m / np.where(k - m > 0, k - m, 1.0)), 0.0, top)
+        peak = np.where(m >= k, top, np.where(m <= 0, 0.0, peak))
+        share = np.exp(peak) / (g + np.exp(peak))
+        curvature = k * share * (1.0 - share)
+        slope = np.abs(m - k * share)
+        scale = np.minimum(
+            np.where(curvature > 0, 1.0 / np.sqrt(curvature), np.inf),
+            np.where(slope > 0, 1.0 / slope, np.inf),
+        )
+    scale = np.where(np.isfinite(scale), scale, top)
+    lo = np.maximum(0.0, peak - _WIDTH * scale)
+    hi = np.minimum(top, peak + _WIDTH * scale)
+    edges = lo[..., None] + (hi - lo)[..., None] * np.linspace(0.0, 1.0, _PANELS + 1)
+    left, right = edges[..., :-1, None], edges[..., 1:, None]
+    half = (right - left) / 2.0
+    x = left + half * (_NODES + 1.0)
+    terms = m[..., None, None] * x - k * np.logaddexp(math.log(g), x) + np.log(_WEIGHTS * half)
+    peak_term = terms.max(axis=(-2, -1))
+    summed = np.exp(terms - peak_term[..., None, None]).sum(axis=(-2, -1))
+    return peak_term + np.log(summed) - math.log(top)
+
+
+@functools.lru_cache(maxsize=512)
+def shared_budget_epsilons(k: int, others: int, top: float) -> tuple[float, float]:
+    """(one cell given the other ``k - 1``, the whole row of ``k``) under one ``eps ~ U(0, top)``
+    and randomized response over ``others + 1`` symbols.
+
+    ``l(m) = ln E[e^(eps m) / (g + e^eps)^k]`` depends on the agreements ``m`` alone; changing
+    one cell moves ``m`` by at most one, and every pair ``(m, m')`` is reached by some pair of
+    rows (``g >= 1`` other symbols), so the figures are ``max_m |l(m) - l(m - 1)|`` and
+    ``max l - min l``. Both stay below ``top`` and ``k top``, the figures given ``eps`` itself.
+    """
+    if k < 1:
+        return 0.0, 0.0
+    ell = log_budget_moments(np.arange(k + 1, dtype=float), k, others, top)
+    return float(np.abs(np.diff(ell)).max()), float(ell.max() - ell.min())

@@ -5,6 +5,7 @@ discrete Gaussian (Canonne, Kamath, Steinke, NeurIPS 2020) so that floating poin
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import CellMechanism, Unit
+from ._base import CellMechanism, Unit, _check_release_size
 from ._discrete import dgaussian_log_norm, opendp_gaussian, sample_dgaussian
 from ._random import Draws, secure_exponential
 
@@ -37,6 +38,12 @@ def _finite_positive(owner: str, name: str, value: float) -> float:
             f"The '{name}' parameter of {owner} must be a float in (0, inf). Got {value!r}."
         )
     return float(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_figures(mechanism: ExpGaussian, k: int) -> tuple[float, float]:
+    """A frozen mechanism's worker-level figures are fixed: compute them once per ``k``."""
+    return mechanism._worker_figures(k)
 
 
 def gaussian_delta(epsilon: float, mu: np.ndarray | float) -> np.ndarray:
@@ -77,11 +84,17 @@ class ExpGaussian(CellMechanism):
         ``epsilon``); the 2^-30 rounding of ``s_u`` moves it by far less than the quadrature
         error. Every grid point has positive probability under every answer, so no release
         rules an answer out.
-    Caveat
-        All of a worker's answers share ``v_u``; an adversary who learns it (for example from
-        the worker's other answers) faces a Gaussian mechanism per answer, whose guarantee is
-        only ``(epsilon, delta(epsilon))`` with :meth:`delta_if_variance_revealed` (large, as the
-        exponential puts mass near 0).
+    What a worker releasing ``k`` reports under one draw gets (docs/privacy.md)
+        All of a worker's reports share ``v_u``, and the other reports tell the server about it.
+        :meth:`answer_epsilon` (one report given the other ``k - 1``) and
+        :meth:`release_epsilon` (the whole release) are the exact pure figures on the grid,
+        computed numerically. They are finite (every grid point has positive probability) but
+        enormous and growing with ``k`` and with the grid's resolution, whatever ``epsilon``
+        was stated: other reports that land exactly on their answers say ``v_u`` is below a
+        grid step, and then one report gives its answer away (with 1,024 steps and stated 1:
+        about 3.0 given one other report, 124 given 19, 594 given 99; the whole release of 20,
+        152). A worker who knew its ``v_u`` faces a Gaussian mechanism per answer, only
+        ``(epsilon, delta(epsilon))`` with :meth:`delta_if_variance_revealed`.
     Sampling
         A real release (``rng=None``): ``v_u`` from the OS cryptographic generator with the
         exponential's whole tail (:func:`~privtd.mechanisms._random.secure_exponential`), the
@@ -158,8 +171,9 @@ class ExpGaussian(CellMechanism):
 
     def _guarantee_note(self) -> str:
         return (
-            f"exact on the grid low + J * {self.step:.6g} (discrete Gaussian, v_u marginalised); "
-            "if v_u is learned each answer is only (epsilon, delta_if_variance_revealed(epsilon))"
+            f"one report alone, exact on the grid low + J * {self.step:.6g} (discrete Gaussian, "
+            "v_u marginalised; P1's figure), not a worker-level guarantee: reports share v_u "
+            "(answer_epsilon(k), release_epsilon(k))"
         )
 
     @classmethod
@@ -237,6 +251,85 @@ class ExpGaussian(CellMechanism):
         beyond the nearer of two answers ``n`` steps apart, the worst pair (numerical)."""
         a = np.asarray(offsets, dtype=float)
         return self.grid_log_pmf(a) - self.grid_log_pmf(a + self.n_steps)
+
+    # ------------------------------------------------------------------ a worker's k reports
+    def _log_release(self, squares: np.ndarray, k: int, nodes: int = 8000) -> np.ndarray:
+        """``l_k(S) = log E_s[exp(-S / (2 s^2)) / Z(s)^k]``: the log-probability of one particular
+        set of ``k`` reports whose offsets from the answers' codes have squares summing to
+        ``S``, under one shared ``v_u`` (numerical, as :meth:`_log_mixture`). The offsets enter
+        through ``S`` alone, so ``S`` is what the reports tell about ``v_u``."""
+        squares = np.asarray(squares, dtype=float)
+        lam = self.rate * self.step**2
+        # The integrand in w peaks near sqrt(S / (2 lam)) for large S: reach well beyond it.
+        top = max(800.0 / lam, 50.0 * math.sqrt(float(squares.max(initial=0.0)) / lam))
+        log_w = np.linspace(math.log(1e-16 / lam), math.log(top), nodes)
+        w = np.exp(log_w)
+        log_norm = self._log_norms(np.sqrt(w))
+        log_weight = math.log(lam) + log_w - lam * w + math.log(log_w[1] - log_w[0]) - k * log_norm
+        out = np.empty(squares.shape)
+        flat, result = squares.ravel(), out.reshape(-1)
+        for lo in range(0, flat.size, 128):
+            terms = log_weight[None, :] - flat[lo : lo + 128, None] / (2 * w[None, :])
+            top_term = terms.max(axis=1, keepdims=True)
+            result[lo : lo + 128] = (
+                top_term + np.log(np.exp(terms - top_term).sum(axis=1, keepdims=True))
+            )[:, 0]
+        return out
+
+    @staticmethod
+    def _log_norms(s: np.ndarray) -> np.ndarray:
+        """``log Z(s)`` elementwise; below ``s = 1e-3`` all the mass sits at 0."""
+        return np.array([dgaussian_log_norm(x) if x >= 1e-3 else 0.0 for x in s])
+
+    def _offset_candidates(self, k: int) -> np.ndarray:
+        """Offsets (grid steps) at which to look for the worst case: every one up to 64, then
+        geometrically out to hundreds of noise scales, where the loss has reached its limit."""
+        beta = 1.0 / (self.step * math.sqrt(2.0 * self.rate))  # Laplace scale, grid steps
+        far = max(8.0 * self.n_steps, 400.0 * beta * math.sqrt(k), 128.0)
+        return np.unique(np.concatenate([np.arange(65.0), np.geomspace(65.0, far, 300)]))
+
+    def answer_epsilon(self, k: int) -> float:
+        """One report's loss given the worker's other ``k - 1`` reports under the same ``v_u``
+        (numerical, pure, on the grid).
+
+        The reports depend on the answers through ``S``, the sum of squared offsets, and
+        ``l_k(S)`` is convex in ``S`` (a log-Laplace transform), so the worst other reports are
+        those exactly on their answers (``S = 0``: they say ``v_u`` is tiny) and the loss is
+        ``max_j l_k(j^2) - l_k((j + n)^2)`` over the report's offset ``j >= 0``, which tends to
+        ``epsilon`` as ``j`` grows. For ``k = 1`` it is ``epsilon``."""
+        _check_release_size(k)
+        if k <= 1:
+            return self.epsilon if k else 0.0
+        return _cached_figures(self, int(k))[0]
+
+    def release_epsilon(self, k: int) -> float:
+        """The loss of the worker's whole release of ``k`` reports under one ``v_u`` (numerical,
+        pure, on the grid).
+
+        Over answers ``n`` steps apart in any places, ``S`` against ``S'``: for a given ``S``,
+        ``S'`` is largest, ``(sqrt(S) + n sqrt(k))^2``, with every offset equal, so the loss is
+        ``max_j l_k(k j^2) - l_k(k (j + n)^2)`` over ``j >= 0``, tending to ``sqrt(k) epsilon``
+        as ``j`` grows. For ``k = 1`` it is ``epsilon``."""
+        _check_release_size(k)
+        if k <= 1:
+            return self.epsilon if k else 0.0
+        return _cached_figures(self, int(k))[1]
+
+    def _worker_figures(self, k: int) -> tuple[float, float]:
+        n = self.n_steps
+        j = self._offset_candidates(k)
+        # One quadrature grid for all four, reaching past the largest S.
+        one_near, one_far, whole_near, whole_far = np.split(
+            self._log_release(
+                np.concatenate([j * j, (j + n) ** 2, k * j * j, k * (j + n) ** 2]), k
+            ),
+            4,
+        )
+        one, whole = one_near - one_far, whole_near - whole_far
+        return (
+            float(max(one.max(), self.epsilon)),
+            float(max(whole.max(), math.sqrt(k) * self.epsilon)),
+        )
 
     def delta_if_variance_revealed(self, epsilon: float) -> float:
         """``delta(eps) = E_v[delta_G(eps; Delta / sqrt(v))]``, ``v ~ Exp(rate)`` (derived;

@@ -17,9 +17,10 @@ import numpy as np
 from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Budget, Mechanism, Unit
+from ._base import Budget, Mechanism, Unit, _check_release_size
 from ._discrete import dlaplace_log_pmf, opendp_laplace, sample_dlaplace
 from ._random import Draws, id_hashes
+from ._shared_draw import shared_budget_epsilons
 
 _PICK, _NOISE, _FILL, _NOISE_B = 21, 22, 23, 24
 
@@ -313,8 +314,13 @@ class TwoLayerNull(NullAwareMechanism):
         Per cell with ``eps_u`` marginalised out (it is private): the output law keeps a symbol
         with ``E[e^eps_u / (|Gamma| + e^eps_u)]`` and moves to each other one with
         ``E[1 / (|Gamma| + e^eps_u)]``; ``epsilon`` is the log of their ratio, computed exactly.
-        It is below ``mean_epsilon``'s RR figure's worst case but, as for P0's two-layer, not a
-        worker-level guarantee: given ``eps_u`` a cell has ``eps_u``, up to ``2 mean_epsilon``.
+        It is the loss of one cell *alone* (P3's figure), not a worker-level guarantee.
+    What a worker's row of ``k`` cells under one draw gets (docs/privacy.md)
+        The cells share ``eps_u``, so the other cells tell the server about it.
+        :meth:`answer_epsilon` is the loss of one cell given the other ``k - 1`` (it grows
+        towards ``2 mean_epsilon`` as ``k`` grows); :meth:`release_epsilon` the loss of the
+        whole row (towards ``2 k mean_epsilon``, against ``k epsilon`` by composition). Both are
+        exact (``privtd.mechanisms._shared_draw``). Given ``eps_u`` itself a cell has ``eps_u``.
     """
 
     mean_epsilon: float
@@ -357,9 +363,20 @@ class TwoLayerNull(NullAwareMechanism):
 
     def _guarantee_note(self) -> str:
         return (
-            f"marginal over the worker's private eps_u ~ U(0, {2 * self.mean_epsilon:g}); "
-            "given eps_u a cell has eps_u (docs/algorithms.md#two-layer-with-null)"
+            f"one cell alone, marginal over the worker's private eps_u ~ U(0, "
+            f"{2 * self.mean_epsilon:g}) (P3's figure), not a worker-level guarantee: a row's "
+            "cells share eps_u (answer_epsilon(k), release_epsilon(k))"
         )
+
+    def answer_epsilon(self, k: int) -> float:
+        """One cell's loss given the worker's other ``k - 1`` cells under the same ``eps_u``."""
+        _check_release_size(k)
+        return shared_budget_epsilons(int(k), self.domain_size, 2.0 * self.mean_epsilon)[0]
+
+    def release_epsilon(self, k: int) -> float:
+        """The loss of the worker's whole row of ``k`` cells under one ``eps_u``."""
+        _check_release_size(k)
+        return shared_budget_epsilons(int(k), self.domain_size, 2.0 * self.mean_epsilon)[1]
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
