@@ -12,7 +12,7 @@ import pytest
 from cli_runner import run_cli as run
 from privtd import cli as cli_mod
 from privtd import datasets, evaluate, make_estimator
-from privtd.mechanisms import TwoLayerRR
+from privtd.mechanisms import OneLayerRR, TwoLayerRR
 
 
 @pytest.fixture
@@ -161,8 +161,11 @@ def test_datasets_list_and_demo(capsys):
     code, out, _ = run(["datasets", "list"], capsys)
     assert code == 0 and "duchenne" in out and "numeric" in out
     code, out, _ = run(["demo", "--epsilon", "0.5", "--seed", "1"], capsys)
-    assert code == 0 and "two-layer mechanism" in out and "epsilon=0.5 per answer" in out
-    assert "not a worker-level guarantee" in out
+    # The main job's mechanism: one-layer, whose per-answer figure holds given the worker's
+    # other answers and composes, both printed with their units.
+    assert code == 0 and "one-layer mechanism" in out and "epsilon=0.5 per answer" in out
+    assert "epsilon=917 per worker: the worker's whole release of 1834 answer(s)" in out
+    assert "epsilon=0.5 per answer: one answer given the worker's other 1833" in out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("method"))
     # Indented lines are notes under a row (one-coin DS's one-class fit), not rows.
@@ -177,11 +180,20 @@ def test_datasets_list_and_demo(capsys):
     clean_fit = make_estimator("aware-ds", mechanism=None).fit(data.answers)
     clean = evaluate(clean_fit.truths_, data.truth)["accuracy"]
     assert rows["aware-ds"][0] == pytest.approx(clean, abs=1e-4)
-    mech = TwoLayerRR.from_epsilon(0.5, n_labels=2)
+    mech = OneLayerRR.from_epsilon(0.5, n_labels=2)
     release = mech.perturb(data.answers, rng=1)
     private_fit = make_estimator("aware-ds", mechanism=mech).fit(release)
     private = evaluate(private_fit.truths_, data.truth)["accuracy"]
     assert rows["aware-ds"][1] == pytest.approx(private, abs=1e-4)
+
+
+def test_demo_two_layer_prints_what_a_worker_gets(capsys):
+    code, out, _ = run(["demo", "-M", "two-layer", "--seed", "1"], capsys)
+    mech = TwoLayerRR.from_epsilon(1.0, n_labels=2)
+    assert code == 0 and "two-layer mechanism" in out and "epsilon=1 per answer" in out
+    assert f"epsilon={mech.answer_epsilon(1834):.4g} per answer: one answer given" in out
+    assert f"epsilon={mech.release_epsilon(1834):.4g} per worker: the worker's whole" in out
+    assert "not a worker-level guarantee" in out
 
 
 def test_console_script_help():
@@ -236,7 +248,13 @@ def test_perturb_then_infer(tmp_path, capsys):
     assert summary["parameters"]["b"] == pytest.approx(0.5379, abs=1e-4)
     assert len(summary["workers"]) == 85
     some = next(iter(summary["workers"].values()))
-    assert some["epsilon_total"] == pytest.approx(some["n_released"] * 1.0)
+    # One draw per worker: its total is the whole release's, beside one answer given the others.
+    mech = TwoLayerRR.from_epsilon(1.0, n_labels=summary["parameters"]["n_labels"])
+    assert some["epsilon_total"] == pytest.approx(mech.release_epsilon(some["n_released"]))
+    assert some["epsilon_answer_given_others"] == pytest.approx(
+        mech.answer_epsilon(some["n_released"])
+    )
+    assert summary["largest_release"]["marginal"]["epsilon"] == pytest.approx(1.0)
     assert set(summary["conditional_epsilon_quantiles"]) == {"0.1", "0.5", "0.9", "1.0"}
     perturbed = pd.read_csv(out)
     original = pd.read_csv(tmp_path / "s" / "answers.csv")
@@ -291,6 +309,31 @@ def test_epsilon_command(capsys):
     assert code == 2 and "Choose a in [0.5, 0.75]" in err
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "-1"], capsys)
     assert code == 2 and "must be a float in [0, inf)" in err
+
+
+def test_epsilon_command_prints_what_a_worker_of_k_answers_gets(capsys):
+    code, out, _ = run(["epsilon", "-M", "two-layer", "-e", "1", "--answers", "100"], capsys)
+    assert code == 0
+    assert "epsilon=1 per answer: one answer alone" in out
+    assert "epsilon=4.605 per answer: one answer given the worker's other 99" in out
+    assert "epsilon=67.19 per worker: the worker's whole release of 100" in out
+    code, out, _ = run(["epsilon", "-M", "two-layer", "-e", "1", "-k", "100", "--json"], capsys)
+    record = json.loads(out)
+    assert record["marginal"]["epsilon"] == pytest.approx(1.0)
+    assert record["answer_given_others"] == {
+        "epsilon": pytest.approx(4.6052, abs=1e-4),
+        "unit": "answer",
+        "covers": "one answer given the worker's other 99",
+        "k": 100,
+    }
+    assert record["release"]["epsilon"] == pytest.approx(67.186, abs=1e-3)
+    assert record["release"]["unit"] == "worker"
+    code, out, _ = run(["epsilon", "-M", "one-layer", "-e", "1", "-k", "100", "--json"], capsys)
+    record = json.loads(out)
+    assert record["answer_given_others"]["epsilon"] == pytest.approx(1.0)
+    assert record["release"]["epsilon"] == pytest.approx(100.0)
+    code, _, err = run(["epsilon", "-M", "one-layer", "-e", "1", "-k", "0"], capsys)
+    assert code == 2 and "--answers" in err
 
 
 def test_audit_command(capsys):

@@ -200,11 +200,21 @@ def test_perturb_worker_checks_domain_and_budget():
     assert budget.remaining == pytest.approx(0.5)  # a refused release costs nothing
 
 
-def test_worker_totals_compose():
+def test_worker_totals_bill_the_whole_release():
     data = datasets.load("duchenne")
-    totals = worker_totals(data.answers, TwoLayerRR.from_epsilon(0.5))
+    totals = worker_totals(data.answers, OneLayerRR.from_epsilon(0.5))
     assert totals["n_released"].sum() == data.answers.n_answers
     np.testing.assert_allclose(totals["epsilon_total"], 0.5 * totals["n_released"])
+    np.testing.assert_allclose(totals["epsilon_answer_given_others"], 0.5)
+    # Two-layer's answers share f_u: the total is the exact release figure, above composition.
+    mech = TwoLayerRR.from_epsilon(0.5)
+    totals = worker_totals(data.answers, mech)
+    np.testing.assert_allclose(totals["epsilon_marginal"], 0.5)
+    k = int(totals["n_released"].max())
+    worst = totals[totals["n_released"] == k].iloc[0]
+    assert worst["epsilon_total"] == pytest.approx(mech.release_epsilon(k))
+    assert worst["epsilon_answer_given_others"] == pytest.approx(mech.answer_epsilon(k))
+    assert (totals["epsilon_total"][totals["n_released"] > 1] > 0.5 * totals["n_released"]).all()
     assert TwoLayerRR.from_epsilon(0.5).guarantee.compose(4).epsilon == pytest.approx(2.0)
     assert "not a worker-level guarantee" in TwoLayerRR.from_epsilon(0.5).guarantee.note
 

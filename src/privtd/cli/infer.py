@@ -638,28 +638,50 @@ def _one_class_note(fits: list[tuple[str, Any]]) -> str:
     "--dataset", default="duchenne", show_default=True, help="A bundled categorical dataset."
 )
 @click.option(
+    "--mechanism",
+    "-M",
+    "mechanism_name",
+    default="one-layer",
+    show_default=True,
+    type=click.Choice(["one-layer", "two-layer"]),
+    help="P0's randomized response: one-layer (every answer flipped independently: its "
+    "per-answer epsilon holds given the worker's other answers and composes) or two-layer (one "
+    "private flip probability per worker: epsilon is one answer alone; the figures a worker "
+    "gets are printed beside it).",
+)
+@click.option(
     "--epsilon",
     default=1.0,
     show_default=True,
     type=float,
-    help="Per-answer epsilon of the two-layer mechanism.",
+    help="Per-answer epsilon the mechanism is calibrated to (for two-layer: P0's marginal, one "
+    "answer alone).",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the perturbation.")
-def demo(dataset: str, epsilon: float, seed: int) -> None:
-    """Perturb a bundled real dataset on the workers' side with the two-layer mechanism,
-    aggregate it with several methods, and print accuracy against the expert labels. The last
+def demo(dataset: str, mechanism_name: str, epsilon: float, seed: int) -> None:
+    """Perturb a bundled real dataset on the workers' side, aggregate it with several methods,
+    and print accuracy against the expert labels, with the privacy each worker gets: one answer
+    alone, one answer given the worker's other answers, and the worker's whole release. The last
     row is the perturbation-aware default (what ``privtd infer --mechanism`` picks): told the
     mechanism on the perturbed answers, told none on the clean ones."""
+    import numpy as np
+
     from .. import datasets as datasets_mod
     from ..evaluation import evaluate
     from ..inference import Estimator, aware_method, make_estimator
-    from ..mechanisms import TwoLayerRR
+    from ..mechanisms import Mechanism, OneLayerRR, TwoLayerRR, format_release_figures
 
     data = datasets_mod.load(dataset)
     answers, truth = data.answers, data.truth
     if not answers.is_categorical:
         raise ValidationError(f"The demo needs a categorical dataset; {dataset!r} is numeric.")
-    mechanism = TwoLayerRR.from_epsilon(epsilon, n_labels=answers.n_labels)
+    mechanism: Mechanism
+    if mechanism_name == "two-layer":
+        mechanism = TwoLayerRR.from_epsilon(epsilon, n_labels=answers.n_labels)
+        drawn = f"f_u ~ U({mechanism.a:.4g}, {mechanism.b:.4g}) drawn once per worker"
+    else:
+        mechanism = OneLayerRR.from_epsilon(epsilon, n_labels=answers.n_labels)
+        drawn = f"every answer flipped with f = {mechanism.f:.4g}"
     perturbed = mechanism.perturb(answers, rng=seed)
     click.echo(
         f"{dataset}: {answers.n_answers} answers, {answers.n_tasks} tasks, "
@@ -668,11 +690,17 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
     for note in answers.notes:
         click.echo(f"  note: {note}")
     click.echo(
-        f"two-layer mechanism: f_u ~ U({mechanism.a:.4g}, {mechanism.b:.4g}), "
-        f"{mechanism.guarantee} (seed {seed}); "
-        f"{(perturbed.value != answers.value).mean():.1%} of answers changed"
+        f"{mechanism_name} mechanism: {drawn}; {mechanism.guarantee} (one answer alone); "
+        f"seed {seed}; {(perturbed.value != answers.value).mean():.1%} of answers changed"
     )
-    click.echo(f"  caveat: {mechanism.guarantee.note}")
+    counts = answers.worker_counts()
+    for label, k in (("median", int(np.median(counts))), ("largest", int(counts.max()))):
+        shared = ", one draw" if mechanism_name == "two-layer" else ""
+        click.echo(f"  the {label} worker ({k} answers{shared}):")
+        for line in format_release_figures(mechanism, k, indent="    ")[1:]:
+            click.echo(line)
+    if mechanism.guarantee.note:
+        click.echo(f"  caveat: {mechanism.guarantee.note}")
     aware = aware_method(mechanism)
     rows: list[tuple[str, Estimator, Estimator]] = [
         (method, make_estimator(method), make_estimator(method))
@@ -702,8 +730,8 @@ def demo(dataset: str, epsilon: float, seed: int) -> None:
             click.echo(f"  {method}: {note}")
     if aware is not None:
         click.echo(
-            f"  {aware}: the perturbation-aware default (privtd infer -M two-layer); one release,"
-            " so each accuracy moves by a few hundredths with --seed"
+            f"  {aware}: the perturbation-aware default (privtd infer -M {mechanism_name}); one "
+            "release, so each accuracy moves by a few hundredths with --seed"
         )
 
 

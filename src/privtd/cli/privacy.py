@@ -55,8 +55,9 @@ from ._names import MECHANISM_NAMES
 @click.option(
     "--report",
     type=click.Path(dir_okay=False),
-    help="JSON to write: mechanism, parameters, label set, guarantee and every worker's "
-    "total ('-': standard output). `privtd infer --mechanism-report` reads it.",
+    help="JSON to write: mechanism, parameters, label set, the marginal guarantee and every "
+    "worker's figures, one answer given its others and the whole release ('-': standard "
+    "output). `privtd infer --mechanism-report` reads it.",
 )
 @click.option(
     "--allow-float-leak",
@@ -99,7 +100,14 @@ def perturb(
     """
     import numpy as np
 
-    from ..mechanisms import MECHANISMS, TwoLayerRR, make_mechanism, worker_totals
+    from ..mechanisms import (
+        MECHANISMS,
+        TwoLayerRR,
+        format_release_figures,
+        make_mechanism,
+        release_figures,
+        worker_totals,
+    )
 
     if allow_float_leak and mechanism != "mf":
         raise ValidationError(
@@ -162,6 +170,8 @@ def perturb(
             "delta": mech.guarantee.delta,
             "unit": mech.guarantee.unit,
             "note": mech.guarantee.note,
+            "covers": f"one {mech.unit} alone, the worker's other releases unseen (the "
+            "paper's marginal); each worker's figures under its one draw are in 'workers'",
         },
         "seed": seed,
         # The whole label set, for `infer --mechanism-report`: a label no release drew is
@@ -172,11 +182,18 @@ def perturb(
     }
     if perturbed.n_answers == data.n_answers:  # same cells: say how many changed
         summary["changed_fraction"] = float((perturbed.value != data.value).mean())
+    # One private draw per worker, as perturb draws: each worker's total is its whole release.
     totals = worker_totals(data, mech)
     summary["workers"] = {
-        str(w): {"n_released": int(r.n_released), "epsilon_total": float(r.epsilon_total)}
+        str(w): {
+            "n_released": int(r.n_released),
+            "epsilon_answer_given_others": float(r.epsilon_answer_given_others),
+            "epsilon_total": float(r.epsilon_total),
+        }
         for w, r in totals.iterrows()
     }
+    largest = int(totals["n_released"].max()) if len(totals) else 0
+    summary["largest_release"] = release_figures(mech, largest)
     if isinstance(mech, TwoLayerRR) and seed is not None:
         # Only a simulation knows each f_u; report what it means per worker
         # (docs/algorithms.md#the-two-layer-caveat).
@@ -193,10 +210,13 @@ def perturb(
         else f"{perturbed.n_answers} output cells"
     )
     click.echo(
-        f"{mechanism}: {mech.guarantee}; {data.n_answers} answers of {data.n_workers} workers, "
-        f"{changed} -> {_shown(output)}",
+        f"{mechanism}: {mech.guarantee} (one {mech.unit} alone: the paper's marginal); "
+        f"{data.n_answers} answers of {data.n_workers} workers, {changed} -> {_shown(output)}",
         err=True,
     )
+    click.echo(f"the largest release ({largest} {mech.unit}s of one worker, one draw):", err=True)
+    for line in format_release_figures(mech, largest)[1:]:
+        click.echo(line, err=True)
 
 
 def _plain(value: Any) -> Any:
@@ -329,17 +349,58 @@ def attack_cmd(
     "--epsilon", "-e", type=float, help="Print the parameters that achieve this per-answer epsilon."
 )
 @mechanism_params("e.g. -p f=0.3 -p n_labels=4")
-def epsilon_cmd(mechanism: str, epsilon: float | None, param: tuple[str, ...]) -> None:
-    """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it."""
-    from ..mechanisms import make_mechanism
+@click.option(
+    "--answers",
+    "-k",
+    type=click.IntRange(min=1),
+    help="A worker's release size (answers; cells for the NULL-aware mechanisms): also print "
+    "one answer's epsilon given the worker's other K-1 and the whole release's, under one "
+    "private draw. They differ from the marginal where a worker's answers share a draw "
+    "(two-layer, two-layer-null, exp-gaussian).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def epsilon_cmd(
+    mechanism: str,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    answers: int | None,
+    as_json: bool,
+) -> None:
+    """Print a mechanism's guarantee, or with --epsilon the parameters that achieve it.
+
+    The guarantee printed first is the paper's figure for one answer alone; with --answers K the
+    figures for a worker who releases K answers follow, each with its unit.
+    """
+    from ..mechanisms import format_release_figures, make_mechanism, release_figures
 
     params = _parse_params(param)
     _check_mechanism_keys(mechanism, epsilon is not None, params)
     mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, 1))
+    if as_json:
+        record: dict[str, Any] = {
+            "mechanism": mechanism,
+            "parameters": {
+                k: (v if isinstance(v, (int, float, str, type(None))) else str(v))
+                for k, v in mech.params().items()
+            },
+            "delta": mech.delta,
+            "note": mech.guarantee.note,
+        }
+        record.update(
+            release_figures(mech, answers)
+            if answers
+            else {"marginal": release_figures(mech, 1)["marginal"]}
+        )
+        click.echo(json.dumps(record, default=str))
+        return
     shown = [
         f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
     ]
     click.echo(f"{mechanism}: {', '.join(shown)}")
-    click.echo(f"guarantee: {mech.guarantee}")
+    click.echo(f"guarantee: {mech.guarantee} (one {mech.unit} alone: the paper's marginal)")
     if mech.guarantee.note:
         click.echo(f"note: {mech.guarantee.note}")
+    if answers:
+        click.echo(f"a worker releasing {answers} {mech.unit}(s) under one draw:")
+        for line in format_release_figures(mech, answers):
+            click.echo(line)

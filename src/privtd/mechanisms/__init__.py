@@ -12,7 +12,7 @@ from typing import Any as _Any
 
 from ..errors import ValidationError as _ValidationError
 from ._base import Budget, Guarantee, Mechanism
-from .accounting import worker_totals
+from .accounting import format_release_figures, release_figures, worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
 from .matrix_factorization import MFPerturbation, task_profiles
 from .null_aware import KRRNull, LaplaceNull, TwoLayerNull
@@ -35,6 +35,8 @@ __all__ = [
     "MECHANISMS",
     "make_mechanism",
     "worker_totals",
+    "release_figures",
+    "format_release_figures",
     "flip_epsilon",
     "flip_for_epsilon",
 ]

@@ -286,7 +286,7 @@ class ExpGaussian(CellMechanism):
         geometrically out to hundreds of noise scales, where the loss has reached its limit."""
         beta = 1.0 / (self.step * math.sqrt(2.0 * self.rate))  # Laplace scale, grid steps
         far = max(8.0 * self.n_steps, 400.0 * beta * math.sqrt(k), 128.0)
-        return np.unique(np.concatenate([np.arange(65.0), np.geomspace(65.0, far, 300)]))
+        return np.unique(np.concatenate([np.arange(65.0), np.geomspace(65.0, far, 120)]))
 
     def answer_epsilon(self, k: int) -> float:
         """One report's loss given the worker's other ``k - 1`` reports under the same ``v_u``
