@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from privtd import ValidationError
-from privtd.audit import audit, clopper_pearson
+from privtd.audit import audit, audit_worker, clopper_pearson
 from privtd.mechanisms import (
     BinaryRR,
     ExpGaussian,
@@ -95,3 +95,67 @@ def test_matrix_factorisation_claim_holds():
     mech = MFPerturbation.from_epsilon(1.0, task_profiles(3, 2, rng=0), low=0, high=4)
     result = audit(mech, samples=200_000, seed=6)
     assert result.holds and result.lower_bound > 0.5
+
+
+# ---------------------------------------------------------------- one worker's whole release
+
+
+def test_worker_audit_catches_two_layer():
+    # A worker's 20 answers under one f_u, at stated 0.1: one answer given the other 19 loses
+    # far more than the 0.1 per answer the marginal states, and the release far more than the
+    # 20 x 0.1 = 2 composition bills. Both bounds hold at 95% simultaneously over the events;
+    # the exact figures they are measured against (3.00, 12.13) hold them.
+    mech = TwoLayerRR.from_epsilon(0.1, 2)
+    one = audit_worker(mech, 20, 1, samples=20_000, seed=1)
+    assert one.lower_bound > 20 * mech.epsilon and one.holds
+    assert one.claimed_epsilon == pytest.approx(mech.answer_epsilon(20))
+    half = audit_worker(mech, 20, 10, samples=20_000, seed=1)
+    assert half.lower_bound > 20 * mech.epsilon + 2.0 and half.holds
+    assert half.claimed_epsilon == pytest.approx(mech.release_epsilon(20))
+
+
+@pytest.mark.parametrize(
+    ("mech", "k"),
+    [
+        (OneLayerRR.from_epsilon(1.0), 5),
+        (OneLayerRR.from_epsilon(0.5, n_labels=3), 5),
+        (BinaryRR.from_epsilon(0.8), 5),
+        (KRRNull.from_epsilon(1.0, 1, 3), 5),
+        (LaplaceNull.from_epsilon(1.0, 1, 3), 5),
+    ],
+    ids=["one-layer", "one-layer-3", "binary-rr", "krr-null", "laplace"],
+)
+def test_independent_answers_compose_at_worker_level(mech, k):
+    # One answer given the others keeps epsilon, and the release is at most k epsilon: the
+    # bounds hold, and for randomized response all k flipped against all k kept nears k epsilon.
+    for differ in (1, k):
+        result = audit_worker(mech, k, differ, samples=40_000, seed=2)
+        expected = mech.epsilon if differ == 1 else k * mech.epsilon
+        assert result.claimed_epsilon == pytest.approx(expected)
+        assert result.holds, (differ, result)
+    if isinstance(mech, BinaryRR) or mech.name == "one-layer":
+        assert result.lower_bound >= 0.7 * k * mech.epsilon
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [TwoLayerNull(2.0, 1, 2), ExpGaussian.from_epsilon(1.0, 0.0, 1.0, granularity=1.0)],
+    ids=["two-layer-null", "exp-gaussian"],
+)
+def test_worker_audit_catches_the_other_shared_draws(mech):
+    # Their per-unit epsilon is the marginal of one unit alone; given the worker's other 19
+    # units one unit loses more than it (and than its composition over one unit), within the
+    # exact figure.
+    result = audit_worker(mech, 20, 1, samples=20_000, seed=3)
+    assert result.lower_bound > mech.epsilon + 1.0
+    assert result.holds and result.claimed_epsilon == pytest.approx(mech.answer_epsilon(20))
+
+
+def test_worker_audit_arguments():
+    with pytest.raises(ValidationError, match="differ must be at most answers"):
+        audit_worker(OneLayerRR.from_epsilon(1.0), 3, 4)
+    with pytest.raises(ValidationError, match="answers must be an int >= 1"):
+        audit_worker(OneLayerRR.from_epsilon(1.0), 0)
+    mf = MFPerturbation.from_epsilon(1.0, task_profiles(4, 2, rng=0), 1, 3)
+    with pytest.raises(ValidationError, match="mf solves one objective"):
+        audit_worker(mf, 4)

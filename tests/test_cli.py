@@ -343,6 +343,22 @@ def test_audit_command(capsys):
     assert 0.9 <= result["lower_bound"] <= result["claimed_epsilon"]
 
 
+def test_audit_command_worker_level(capsys):
+    # Two-layer's 20 answers under one draw at stated 0.1: one answer given the others, half of
+    # them and all of them, each against the figure privtd now prints; all hold, and the first
+    # two measure more than composition of the marginal (0.1 per answer, 2 per worker).
+    args = ["audit", "-M", "two-layer", "-e", "0.1", "--answers", "20", "-n", "20000", "--json"]
+    code, out, _ = run(args, capsys)
+    records = json.loads(out)
+    assert code == 0 and [r["differ"] for r in records] == [1, 10, 20]
+    assert records[0]["claim"] == "one answer given the worker's other 19"
+    assert records[0]["claimed_epsilon"] == pytest.approx(2.9957, abs=1e-3)
+    assert records[0]["lower_bound"] > 2.0 and records[1]["lower_bound"] > 4.0
+    assert records[1]["claimed_epsilon"] == pytest.approx(12.127, abs=1e-3)
+    code, _, err = run(["audit", "-M", "one-layer", "-e", "1", "--differ", "2"], capsys)
+    assert code == 2 and "--differ needs --answers" in err
+
+
 def test_perturb_numeric(tmp_path, capsys):
     run(["datasets", "export", "emotion", "-o", str(tmp_path / "e")], capsys)
     out, report = tmp_path / "p.csv", tmp_path / "r.json"

@@ -2,7 +2,10 @@
 from below with exact (Clopper-Pearson) confidence intervals.
 
 A claim passes when no output's estimated loss provably exceeds it; for a tight mechanism the
-lower bound should approach the claim as the sample grows.
+lower bound should approach the claim as the sample grows. :func:`audit` takes one answer of
+one worker (per-worker secrets marginalised: the papers' per-answer figures);
+:func:`audit_worker` takes a worker's ``k`` answers as one release, under one private draw,
+against ``answer_epsilon(k)`` (one answer changed) or ``release_epsilon(k)`` (several).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from .answers import Answers
 from .errors import ValidationError
 from .mechanisms import Mechanism, MFPerturbation
 
-__all__ = ["AuditResult", "audit", "clopper_pearson"]
+__all__ = ["AuditResult", "WorkerAuditResult", "audit", "audit_worker", "clopper_pearson"]
 
 
 def clopper_pearson(k: np.ndarray, n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
@@ -139,18 +142,145 @@ def audit(
     events = _events(a, b)
     counts0 = np.array([ea.sum() for ea, _ in events])
     counts1 = np.array([eb.sum() for _, eb in events])
-    alpha = (1 - confidence) / (2 * len(events))
+    lower, point = _loss_bounds(counts0, counts1, samples, confidence)
+    return AuditResult(
+        claimed_epsilon=mechanism.epsilon,
+        lower_bound=lower,
+        point_estimate=point,
+        samples=samples,
+        confidence=confidence,
+    )
+
+
+def _loss_bounds(
+    counts0: np.ndarray, counts1: np.ndarray, samples: int, confidence: float
+) -> tuple[float, float]:
+    """The largest lower confidence bound on ``|ln P(E | x) / P(E | x')|`` over the events (both
+    ways, Bonferroni over the events), and the largest finite point estimate (inf if an event
+    was seen under one input only)."""
+    alpha = (1 - confidence) / (2 * len(counts0))
     (lo0, hi0), (lo1, hi1) = (clopper_pearson(c, samples, alpha) for c in (counts0, counts1))
     with np.errstate(divide="ignore", invalid="ignore"):
         lower = np.maximum(np.log(lo0) - np.log(hi1), np.log(lo1) - np.log(hi0))
         point = np.abs(np.log(counts0 / samples) - np.log(counts1 / samples))
     finite = np.isfinite(lower)
-    return AuditResult(
-        claimed_epsilon=mechanism.epsilon,
-        lower_bound=float(max(0.0, lower[finite].max())) if finite.any() else 0.0,
-        point_estimate=float(np.nanmax(np.where(np.isfinite(point), point, np.nan)))
+    return (
+        float(max(0.0, lower[finite].max())) if finite.any() else 0.0,
+        float(np.nanmax(np.where(np.isfinite(point), point, np.nan)))
         if np.isfinite(point).any()
         else math.inf,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerAuditResult(AuditResult):
+    """An audit of one worker's ``answers`` released together, neighbours differing in
+    ``differ`` of them; the claim is ``answer_epsilon`` (one) or ``release_epsilon`` (more)."""
+
+    answers: int = 1
+    differ: int = 1
+    #: What the claim covers, with its unit.
+    claim: str = ""
+
+
+def _worker_rows(
+    mechanism: Mechanism, k: int, differ: int, which: int, n: int, seed: int
+) -> tuple[np.ndarray, float, float]:
+    """``n`` workers' releases of ``k`` answers (one row each; NaN = NULL) on answer vector
+    ``which``: 0 gives every answer the first label (``low``), 1 the second (``high``) in its
+    first ``differ`` places. Returns the rows and the two answer values."""
+    tasks = pd.RangeIndex(k)
+    if mechanism.kind == "categorical":
+        base, other = 0.0, 1.0
+        labels: pd.Index | None = pd.RangeIndex(getattr(mechanism, "n_labels", 2))
+    else:
+        params = mechanism.params()
+        base, other = float(params["low"]), float(params["high"])
+        labels = None
+    row = np.full(k, base)
+    if which:
+        row[:differ] = other
+    value = np.tile(row, n)
+    if labels is not None:
+        value = value.astype(np.int8)
+    answers = Answers(
+        task=np.tile(np.arange(k, dtype=np.int32), n),
+        worker=np.repeat(np.arange(n, dtype=np.int32), k),
+        value=value,
+        tasks=tasks,
+        workers=pd.RangeIndex(n),
+        labels=labels,
+    )
+    out = mechanism.perturb(answers, rng=seed)
+    grid = np.full((n, k), np.nan)
+    grid[out.worker, out.task] = out.value  # cells that came out NULL stay NaN
+    return grid, base, other
+
+
+def audit_worker(
+    mechanism: Mechanism,
+    answers: int,
+    differ: int = 1,
+    samples: int = 100_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> WorkerAuditResult:
+    """Audit a worker's whole release of ``answers`` units under one private draw.
+
+    ``samples`` simulated workers answer the first label (``low``) everywhere, as many answer the
+    second (``high``) in their first ``differ`` places; each worker draws its own secret once
+    (``f_u``, ``eps_u``, ``v_u``) and perturbs all its answers with it, as :meth:`perturb` does.
+    The events are the joint counts, per worker, of unchanged places whose release equals the
+    answer, and of changed places whose release equals the first or the second answer: a
+    function of the release, so every event's loss is a valid lower bound on the worker's.
+    The claim is ``answer_epsilon(answers)`` for ``differ = 1`` (one answer given the others)
+    and ``release_epsilon(answers)`` otherwise (the whole release).
+    """
+    if isinstance(mechanism, MFPerturbation):
+        raise ValidationError(
+            "The worker-level audit covers mechanisms that perturb each answer with the worker's "
+            "draw; mf solves one objective per worker. Audit mf per answer (no --answers)."
+        )
+    for name, value, least in (("answers", answers, 1), ("differ", differ, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValidationError(f"{name} must be an int >= {least}. Got {value!r}.")
+    if differ > answers:
+        raise ValidationError(
+            f"differ must be at most answers: the neighbours differ in {differ} of {answers} "
+            "answers. Lower --differ or raise --answers."
+        )
+    if not isinstance(samples, int) or samples < 100:
+        raise ValidationError(f"samples must be an int >= 100. Got {samples!r}.")
+    if samples * answers > 50_000_000:
+        raise ValidationError(
+            f"{samples} workers of {answers} answers is too large to simulate; use fewer."
+        )
+    if not 0 < confidence < 1:
+        raise ValidationError(f"confidence must be in (0, 1). Got {confidence!r}.")
+    width = differ + 1
+    counts = []
+    for which in (0, 1):
+        grid, base, other = _worker_rows(mechanism, answers, differ, which, samples, seed + which)
+        kept = np.count_nonzero(grid[:, differ:] == base, axis=1)
+        first = np.count_nonzero(grid[:, :differ] == base, axis=1)
+        second = np.count_nonzero(grid[:, :differ] == other, axis=1)
+        event = (kept * width + first) * width + second
+        counts.append(np.bincount(event, minlength=(answers - differ + 1) * width * width))
+    seen = (counts[0] > 0) | (counts[1] > 0)
+    lower, point = _loss_bounds(counts[0][seen], counts[1][seen], samples, confidence)
+    if differ == 1:
+        claimed = mechanism.answer_epsilon(answers)
+        claim = f"one {mechanism.unit} given the worker's other {answers - 1}"
+    else:
+        claimed = mechanism.release_epsilon(answers)
+        claim = f"the worker's whole release of {answers} {mechanism.unit}(s), per worker"
+    return WorkerAuditResult(
+        claimed_epsilon=claimed,
+        lower_bound=lower,
+        point_estimate=point,
         samples=samples,
         confidence=confidence,
+        answers=answers,
+        differ=differ,
+        claim=claim,
     )

@@ -231,10 +231,22 @@ def _plain(value: Any) -> Any:
 @click.option(
     "--samples",
     "-n",
-    default=1_000_000,
-    show_default=True,
     type=int,
-    help="Samples per neighbouring input.",
+    help="Samples per neighbouring input: one-answer workers (default 1,000,000), or with "
+    "--answers simulated workers (default 2,000,000 / K).",
+)
+@click.option(
+    "--answers",
+    "-k",
+    type=click.IntRange(min=1),
+    help="Worker level: audit one worker's K answers as one release under its one private "
+    "draw, against one answer given the other K-1 (--differ 1) or the whole release.",
+)
+@click.option(
+    "--differ",
+    type=click.IntRange(min=1),
+    help="With --answers: in how many of the K answers the neighbours differ (default: 1, then "
+    "half of K, then all K, each audited).",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling.")
 @click.option(
@@ -249,38 +261,73 @@ def audit_cmd(
     mechanism: str,
     epsilon: float | None,
     param: tuple[str, ...],
-    samples: int,
+    samples: int | None,
+    answers: int | None,
+    differ: int | None,
     seed: int,
     confidence: float,
     as_json: bool,
 ) -> None:
     """Measure a mechanism's privacy loss on neighbouring inputs against its claim.
 
-    Exits 1 when the measured lower bound exceeds the claimed epsilon.
+    Without --answers: one answer of one worker, the paper's per-answer figure (per-worker
+    secrets marginalised). With --answers K: one worker's K answers released under one private
+    draw, as perturb and the client release them, against the figures privtd prints for it.
+    Exits 1 when a measured lower bound exceeds its claimed epsilon.
     """
-    from ..audit import audit
+    from ..audit import audit, audit_worker
     from ..mechanisms import make_mechanism
 
+    if differ is not None and answers is None:
+        raise ValidationError("--differ needs --answers K (the worker-level audit).")
+    if differ is not None and answers is not None and differ > answers:
+        raise ValidationError(
+            f"--differ {differ} is more than --answers {answers}: the neighbours differ in at "
+            "most all K answers."
+        )
     params = _parse_params(param)
     _check_mechanism_keys(mechanism, epsilon is not None, params)
-    mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, 1))
-    result = audit(mech, samples=samples, seed=seed, confidence=confidence)
-    fields = {
-        "mechanism": mechanism,
-        "claimed_epsilon": result.claimed_epsilon,
-        "lower_bound": result.lower_bound,
-        "point_estimate": result.point_estimate,
-        "samples": samples,
-        "confidence": confidence,
-        "verdict": result.verdict,
-    }
-    if as_json:
-        click.echo(json.dumps(fields))
+    n_tasks = answers or 1
+    mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, n_tasks))
+    records = []
+    if answers is None:
+        n = samples or 1_000_000
+        result = audit(mech, samples=n, seed=seed, confidence=confidence)
+        claim = f"one {mech.unit} alone (the paper's marginal)"
+        results = [(result, claim, None)]
     else:
-        for key, value in fields.items():
-            shown = f"{value:.6g}" if isinstance(value, float) else str(value)
-            click.echo(f"{key:>16}: {shown}")
-    if not result.holds:
+        n = samples or max(100, 2_000_000 // answers)
+        ds = [differ] if differ else sorted({1, max(1, answers // 2), answers})
+        results = []
+        for d in ds:
+            r = audit_worker(mech, answers, d, samples=n, seed=seed, confidence=confidence)
+            results.append((r, r.claim, d))
+    for result, claim, d in results:
+        fields: dict[str, Any] = {"mechanism": mechanism}
+        if d is not None:
+            fields.update({"answers": answers, "differ": d})
+        fields.update(
+            {
+                "claimed_epsilon": result.claimed_epsilon,
+                "claim": claim,
+                "lower_bound": result.lower_bound,
+                "point_estimate": result.point_estimate,
+                "samples": n,
+                "confidence": confidence,
+                "verdict": result.verdict,
+            }
+        )
+        records.append(fields)
+    if as_json:
+        click.echo(json.dumps(records[0] if len(records) == 1 else records))
+    else:
+        for i, fields in enumerate(records):
+            if i:
+                click.echo("")
+            for key, value in fields.items():
+                shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+                click.echo(f"{key:>16}: {shown}")
+    if not all(result.holds for result, _, _ in results):
         sys.exit(1)
 
 
