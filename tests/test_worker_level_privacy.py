@@ -25,6 +25,7 @@ from privtd.mechanisms import (
     TwoLayerNull,
     TwoLayerRR,
     task_profiles,
+    worker_totals,
 )
 from privtd.mechanisms._shared_draw import log_uniform_moments, shared_flip_epsilons
 
@@ -332,3 +333,33 @@ def test_mechanisms_without_a_per_worker_draw_compose(mech):
     # cell's at a time), so k units cost k epsilon and each keeps epsilon given the others.
     assert mech.answer_epsilon(30) == mech.epsilon
     assert mech.release_epsilon(30) == pytest.approx(30 * mech.epsilon)
+
+
+def _betainc_release(k, b):
+    """Two-layer's whole-release loss over two labels with a = 0, by the regularised incomplete
+    beta function: E[(1 - f)^m f^(k - m)] over U(0, b) is B(b; k - m + 1, m + 1) / b."""
+    from scipy import special
+
+    m = np.arange(k + 1)
+    ell = np.log(special.betainc(k - m + 1, m + 1, b)) + special.betaln(k - m + 1, m + 1)
+    return float(ell.max() - ell.min()), float(ell[k] - ell[k - 1])
+
+
+def test_worker_totals_bill_two_layer_release():
+    # The attack: a requester who sees a worker's 20 answers under one f_u learns far more than
+    # the 20 x 0.1 = 2 that composition of the stated 0.1 bills (12.13, by betainc too, and
+    # 2.996 for one answer given the other 19 against the stated 0.1).
+    mech = TwoLayerRR.from_epsilon(0.1, 2)
+    answers, _, _ = datasets.make_categorical(
+        20, 5, 2, answers_per_task=None, accuracy=np.ones(5), prior=np.array([1.0, 0.0]), rng=0
+    )
+    totals = worker_totals(answers, mech)
+    whole, one = _betainc_release(20, mech.b)
+    assert whole == pytest.approx(12.127, abs=1e-3) and one == pytest.approx(2.996, abs=1e-3)
+    assert (totals["n_released"] == 20).all()
+    np.testing.assert_allclose(totals["epsilon_total"], whole, rtol=1e-9)
+    assert (totals["epsilon_total"] > 20 * mech.epsilon).all()
+    # At stated 1 the issue's 13.2 is 13.147 by betainc too.
+    assert _betainc_release(20, TwoLayerRR.from_epsilon(1.0, 2).b)[0] == pytest.approx(
+        13.147, abs=1e-3
+    )
