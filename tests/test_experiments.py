@@ -30,6 +30,17 @@ def test_table_shape_and_determinism():
                 atol=1e-12,
             )
     assert facts["clean_error"]["mv"] == pytest.approx(1 - 0.7610, abs=1e-3)  # paper: 0.76
+    # The paper's axis stays; beside it, what the median worker (104 answers) and the largest
+    # (1,834) get under one draw. Two-layer at stated 0 still loses 4.64 per answer given the
+    # worker's others and 69.5 over the median worker's release: about ln 2 an answer.
+    assert facts["answers_per_worker"] == {"median": 104, "largest": 1834}
+    two = TwoLayerRR.from_epsilon(0.0)
+    assert a["two_layer_given_others"].iloc[1] == pytest.approx(two.answer_epsilon(104))
+    assert a["two_layer_release"].iloc[1] == pytest.approx(69.537, abs=1e-3)
+    assert a["two_layer_release_largest"].iloc[1] == pytest.approx(two.release_epsilon(1834))
+    assert list(a["one_layer_release"]) == pytest.approx([104.0, 0.0])
+    shown = kdd18.summary(a)
+    assert {"given_others", "release"} <= set(shown.columns)
 
 
 def test_check_against_td_names_the_epsilons_beyond_noise():
