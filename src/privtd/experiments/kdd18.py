@@ -287,8 +287,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     """The table as printed by ``privtd reproduce kdd18``: one row per mechanism and epsilon,
     each method's mean error-rate change, the aware models on TD's footing (their error less
     TD's clean error, as in the figure), and what the median worker gets (one answer given its
-    other answers, per answer; its whole release, per worker). ``table.md`` keeps every column and standard error;
-    this one stays within 100 columns."""
+    other answers, per answer; its whole release, per worker). ``table.md`` keeps every column
+    and standard error; this one stays within 100 columns."""
     methods = ("mv", "td", "crh", "aware_vs_td", "aware_ds_vs_td")
     parts = [
         pd.DataFrame(
