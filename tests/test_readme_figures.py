@@ -160,14 +160,15 @@ def _row(prefix: str) -> list[str]:
 
 def test_privacy_audit_table_is_the_stored_audit() -> None:
     records = _jsonl("audit_table.jsonl")
+    section = PRIVACY.split("## Audit", 1)[1].split("##", 1)[0]
     table_rows = [
         line
-        for line in PRIVACY.split("## Audit", 1)[1].split("##", 1)[0].splitlines()
+        for line in section.splitlines()
         if line.startswith("| ") and not line.startswith("| mechanism")
     ]
     assert len(table_rows) == len(records)
     for r in records:
-        cells = _row(f"| {r['row']} |")
+        cells = _row_in(section, f"| {r['row']} |")
         assert cells[1] == f"`{r['command']}`"
         assert float(cells[2]) == round(r["claimed_epsilon"], 3)
         assert float(cells[3]) == round(r["lower_bound"], 3)
@@ -370,3 +371,47 @@ def test_crowdkit_ds_tables_are_the_stored_run() -> None:
         assert cells[1:] == ds[:4] + one[:4], name
         cells = _row_in("\n".join(accuracy_rows), f"| {name} |")
         assert cells[1:] == ds[4:] + one[4:], name
+
+
+def test_privacy_worker_level_table_is_the_code() -> None:
+    # Every cell of docs/privacy.md's worker-level table is what the mechanism computes.
+    from privtd.mechanisms import make_mechanism
+
+    section = PRIVACY.split("## A worker's whole release", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        line for line in section.splitlines() if line.startswith("| ") and "mechanism" not in line
+    ]
+    ranges = {
+        "krr-null": {"low": 0, "high": 4},
+        "laplace": {"low": 0, "high": 4},
+        "two-layer-null": {"low": 0, "high": 4},
+        "exp-gaussian": {"low": 0, "high": 10},
+    }
+    assert len(rows) >= 10
+    for line in rows:
+        name, stated, *cells = (c.strip() for c in line.strip("|").split(" | "))
+        mech = make_mechanism(name, float(stated), **ranges.get(name, {}))
+        figures = [mech.epsilon]
+        for k in (20, 100):
+            figures += [mech.answer_epsilon(k), mech.release_epsilon(k)]
+        for cell, figure in zip(cells, figures, strict=True):
+            digits = len(cell.replace(".", "").lstrip("0"))
+            assert float(cell) == pytest.approx(float(f"{figure:.{max(digits, 1)}g}")), (line, cell)
+
+
+def test_privacy_worker_audit_figures_are_the_audit() -> None:
+    from privtd.audit import audit_worker
+    from privtd.mechanisms import TwoLayerRR
+
+    text = " ".join(PRIVACY.split())
+    m = re.search(
+        r"two-layer at stated 0\.1 measures at least (\d\.\d\d) for one answer given the others "
+        r".*? and (\d\.\d\d) for the release with half",
+        text,
+    )
+    assert m
+    mech = TwoLayerRR.from_epsilon(0.1)
+    one = audit_worker(mech, 20, 1, samples=20_000, seed=0)
+    half = audit_worker(mech, 20, 10, samples=20_000, seed=0)
+    assert float(m.group(1)) == round(one.lower_bound, 2)
+    assert float(m.group(2)) == round(half.lower_bound, 2)
