@@ -415,3 +415,49 @@ def test_privacy_worker_audit_figures_are_the_audit() -> None:
     half = audit_worker(mech, 20, 10, samples=20_000, seed=0)
     assert float(m.group(1)) == round(one.lower_bound, 2)
     assert float(m.group(2)) == round(half.lower_bound, 2)
+
+
+def test_reproduction_worker_table_is_the_code() -> None:
+    from privtd.mechanisms import OneLayerRR, TwoLayerRR
+
+    section = REPRODUCTION.split("### What the epsilon axis means for a Duchenne worker", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "stated" not in line]
+    assert len(rows) == 4
+    for line in rows:
+        eps, *cells = (float(c) for c in line.strip("|").split(" | "))
+        two = TwoLayerRR.from_epsilon(eps)
+        assert cells[:3] == pytest.approx([eps, 104 * eps, 1834 * eps])
+        if eps > 0:
+            one = OneLayerRR.from_epsilon(eps)
+            assert cells[1:3] == pytest.approx(
+                [one.release_epsilon(104), one.release_epsilon(1834)]
+            )
+        assert cells[3] == round(two.answer_epsilon(104), 2)
+        assert cells[4] == round(two.release_epsilon(104), 2)
+        assert cells[5] == round(two.release_epsilon(1834), 1)
+    # The equal-release one-layer figure quoted beside it.
+    text = " ".join(section.split())
+    m = re.search(r"one-layer at (0\.\d+) per answer bills a 104-answer worker (\d+\.\d)", text)
+    assert m and float(m.group(2)) == round(TwoLayerRR.from_epsilon(0.1).release_epsilon(104), 1)
+    assert float(m.group(1)) == round(TwoLayerRR.from_epsilon(0.1).release_epsilon(104) / 104, 2)
+
+
+def test_readme_demo_mechanism_figures_are_the_stored_run() -> None:
+    records = {r["mechanism"]: r for r in _jsonl("demo_mechanism.txt")}
+    text = " ".join(README.split())
+    m = re.search(r"mean of 5 seeds: (0\.\d+) against (0\.\d+); the experts' majority", text)
+    assert m
+    for group, name in ((1, "two-layer"), (2, "one-layer")):
+        runs = records[name]["accuracy"]["aware-ds"]
+        assert float(m.group(group)) == round(sum(runs) / len(runs), 3)
+    two = records["two-layer"]
+    m = re.search(r"\((\d\.\d\d) per answer given the median worker's other (\d+), (\d+\.\d)", text)
+    assert m and int(m.group(2)) == two["median_worker"] - 1
+    assert float(m.group(1)) == round(two["given_others_median"], 2)
+    assert float(m.group(3)) == round(two["release_median"], 1)
+    assert f"({records['one-layer']['median_worker']} for the median worker, per worker)" in text
+    from privtd import datasets
+
+    share = datasets.load("duchenne").truth.value_counts(normalize=True).max()
+    assert f"the experts' majority class alone scores {share:.3f}" in text
