@@ -275,7 +275,7 @@ def audit_cmd(
     draw, as perturb and the client release them, against the figures privtd prints for it.
     Exits 1 when a measured lower bound exceeds its claimed epsilon.
     """
-    from ..audit import audit, audit_worker
+    from ..audit import AuditResult, audit, audit_worker
     from ..mechanisms import make_mechanism
 
     if differ is not None and answers is None:
@@ -290,18 +290,17 @@ def audit_cmd(
     n_tasks = answers or 1
     mech = make_mechanism(mechanism, epsilon, **_mechanism_params(mechanism, params, n_tasks))
     records = []
+    results: list[tuple[AuditResult, str, int | None]] = []
     if answers is None:
         n = samples or 1_000_000
         result = audit(mech, samples=n, seed=seed, confidence=confidence)
-        claim = f"one {mech.unit} alone (the paper's marginal)"
-        results = [(result, claim, None)]
+        results.append((result, f"one {mech.unit} alone (the paper's marginal)", None))
     else:
         n = samples or max(100, 2_000_000 // answers)
         ds = [differ] if differ else sorted({1, max(1, answers // 2), answers})
-        results = []
-        for d in ds:
-            r = audit_worker(mech, answers, d, samples=n, seed=seed, confidence=confidence)
-            results.append((r, r.claim, d))
+        for changed in ds:
+            r = audit_worker(mech, answers, changed, samples=n, seed=seed, confidence=confidence)
+            results.append((r, r.claim, changed))
     for result, claim, d in results:
         fields: dict[str, Any] = {"mechanism": mechanism}
         if d is not None:
