@@ -242,8 +242,13 @@ def test_perturb_then_infer(tmp_path, capsys):
         ],
         capsys,
     )
-    assert code == 0 and "epsilon=1 per answer" in err
+    assert code == 0 and "epsilon=1 per answer (one answer alone: the paper's marginal)" in err
     summary = json.loads(report.read_text())
+    largest = summary["largest_release"]["release"]["k"]
+    # The human report names the largest worker's figures, each with its unit.
+    two = TwoLayerRR.from_epsilon(1.0, n_labels=summary["parameters"]["n_labels"])
+    assert f"epsilon={two.answer_epsilon(largest):.4g} per answer: one answer given" in err
+    assert f"epsilon={two.release_epsilon(largest):.4g} per worker: the worker's whole" in err
     assert summary["guarantee"]["epsilon"] == pytest.approx(1.0)
     assert summary["parameters"]["b"] == pytest.approx(0.5379, abs=1e-4)
     assert len(summary["workers"]) == 85
@@ -332,6 +337,10 @@ def test_epsilon_command_prints_what_a_worker_of_k_answers_gets(capsys):
     record = json.loads(out)
     assert record["answer_given_others"]["epsilon"] == pytest.approx(1.0)
     assert record["release"]["epsilon"] == pytest.approx(100.0)
+    code, out, _ = run(["epsilon", "-M", "two-layer", "-e", "1"], capsys)
+    assert "share one private draw: pass --answers K" in out
+    code, out, _ = run(["epsilon", "-M", "one-layer", "-e", "1"], capsys)
+    assert "--answers" not in out
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "1", "-k", "0"], capsys)
     assert code == 2 and "--answers" in err
 

@@ -450,3 +450,8 @@ def epsilon_cmd(
         click.echo(f"a worker releasing {answers} {mech.unit}(s) under one draw:")
         for line in format_release_figures(mech, answers):
             click.echo(line)
+    elif mech.answer_epsilon(2) != mech.epsilon:
+        click.echo(
+            f"a worker's {mech.unit}s share one private draw: pass --answers K for one {mech.unit} "
+            "given the worker's other K-1 and for its whole release"
+        )
