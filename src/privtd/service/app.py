@@ -354,8 +354,32 @@ OPEN_WARNING = (
 )
 
 
+#: The answer to a request whose requester token was revoked or replaced while it ran.
+STALE_TOKEN = (
+    "This requester token was revoked or replaced while the request ran; if you did not "
+    "replace it, it leaked: ask the server's operator (privtd requester revoke / rotate)."
+)
+
+
+class _Stale(Exception):
+    """Raised in a streamed answer when the token it was authenticated with stops working."""
+
+
+class _Revocable(StreamingResponse):
+    """A streamed answer cut short when its requester token stops working: the connection is
+    closed without the body's last chunk, so the client sees a download that failed (never a
+    complete-looking file that holds only part of the reports)."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        except _Stale:
+            return  # the server closes the connection: the answer never completes
+
+
 def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
-    def requester(authorization: Auth = None) -> str:
+    def requester_token(authorization: Auth = None) -> tuple[str, str]:
+        """The requester's id and the hash of the token it presented."""
         token = _bearer(authorization)
         if len(token) < requesters.MIN_TOKEN_LENGTH:
             # Refused even if registered before this check existed: it could be guessed.
@@ -374,7 +398,10 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             raise HTTPException(401, "Unknown requester token.")
         if row.revoked_at is not None:
             raise HTTPException(401, "This requester token was revoked.")
-        return str(row.id)
+        return str(row.id), db.token_hash(token)
+
+    def requester(who: tuple[str, str] = Depends(requester_token)) -> str:
+        return who[0]
 
     def campaign_row(conn: sa.Connection, campaign_id: str) -> Any:
         row = conn.execute(sa.select(t_campaigns).where(t_campaigns.c.id == campaign_id)).first()
@@ -463,15 +490,22 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             return describe(conn, campaign_row(conn, campaign_id))
 
     @app.post("/requester/token", status_code=201, response_model=TokenOut)
-    def rotate_token(requester_id: str = Depends(requester)) -> TokenOut:
-        """A new token for this requester (the same campaigns); the one sent stops working."""
-        return TokenOut(requester_id=requester_id, token=requesters.rotate(engine, requester_id))
+    def rotate_token(who: tuple[str, str] = Depends(requester_token)) -> TokenOut:
+        """A new token for this requester (the same campaigns); the one sent stops working.
+        Refused (401) if that token was revoked or replaced meanwhile."""
+        token = requesters.rotate_presented(engine, who[1])
+        if token is None:
+            raise HTTPException(401, STALE_TOKEN)
+        return TokenOut(requester_id=who[0], token=token)
 
     @app.delete("/requester/token", status_code=204)
-    def revoke_token(requester_id: str = Depends(requester)) -> Response:
-        """Revoke the token sent: it is refused from now on. Only the server's operator can
-        make a new one then (``privtd requester rotate``)."""
-        requesters.revoke(engine, requester_id)
+    def revoke_token(who: tuple[str, str] = Depends(requester_token)) -> Response:
+        """Revoke the token sent: it is refused from now on, and exports it is streaming stop.
+        Only the server's operator can make a new one then (``privtd requester rotate``).
+        Refused (401) if that token was replaced or revoked meanwhile: a 204 means no token of
+        this requester works any more."""
+        if not requesters.revoke_presented(engine, who[1]):
+            raise HTTPException(401, STALE_TOKEN)
         return Response(status_code=204)
 
     @app.get("/campaigns", response_model=list[CampaignSummary])
@@ -531,14 +565,15 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         response_class=StreamingResponse,
         responses={200: {"content": {"text/csv": {}}, "description": "task,worker,answer"}},
     )
-    def export_reports(campaign_id: str, requester_id: str = Depends(requester)) -> Any:
+    def export_reports(campaign_id: str, who: tuple[str, str] = Depends(requester_token)) -> Any:
         """The campaign's perturbed reports as CSV (task,worker,answer; an empty answer is a
         NULL report): what the workers' devices sent, never a raw answer. Workers are named as
-        they enrolled, as in the results."""
+        they enrolled, as in the results. If the token is revoked or replaced during the
+        download, the download stops there, without its end (an incomplete chunked body)."""
         with engine.connect() as conn:
-            row = owned(conn, campaign_id, requester_id)
-        return StreamingResponse(
-            _report_lines(engine, row),
+            row = owned(conn, campaign_id, who[0])
+        return _Revocable(
+            _report_lines(engine, row, who[1]),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{campaign_id}.csv"'},
         )
@@ -915,8 +950,9 @@ def _counts(conn: sa.Connection, column: Any, ids: Any) -> dict[str, int]:
 EXPORT_CHUNK = 10_000
 
 
-def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
-    """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded."""
+def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str]:
+    """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded; raises
+    :class:`_Stale` before a chunk if the requester token hashed ``digest`` stopped working."""
     import numpy as np
     import pandas as pd
 
@@ -944,6 +980,7 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
             ),
             dtype=object,
         )
+        conn.commit()
         yield "task,worker,answer\n"
         query = (
             sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value)
@@ -965,6 +1002,10 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
             result = conn.execute(page)
             rows = result.cursor.fetchall()
             result.close()
+            # Each page its own transaction: a page sees revocations committed before it (a
+            # transaction held across the download would read one snapshot, and on SQLite
+            # hold the write lock, so the revocation itself would wait for the download).
+            conn.commit()
             if not rows:
                 break
             after = (rows[-1][0], rows[-1][1])
@@ -989,4 +1030,10 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
                     "value": shown,
                 }
             )
-            yield frame.to_csv(index=False, header=False, lineterminator="\n")
+            text = frame.to_csv(index=False, header=False, lineterminator="\n")
+            # Checked before each page leaves: once the token is revoked or replaced, nothing
+            # more is sent (what the network already carries still arrives).
+            if not requesters.valid(conn, digest):
+                raise _Stale
+            conn.commit()
+            yield text
