@@ -347,6 +347,9 @@ def _bearer(authorization: str | None) -> str:
     return authorization[len("Bearer ") :]
 
 
+#: A code that already admitted a worker (status, detail).
+USED_CODE = (403, "This enrolment code was already used; each admits one worker.")
+
 OPEN_WARNING = (
     "Open enrolment: anyone who has the campaign's id can enrol, as many identities as they "
     "like (up to max_workers), each with a fresh budget; fake workers can then send any report "
@@ -609,22 +612,13 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             )
         return CodesOut(codes=[code for code, _ in made], expires_at=expires)
 
-    def admit(conn: sa.Connection, row: Any, code: str | None, worker_id: str) -> None:
-        """Refuses the enrolment (HTTPException) unless the campaign is open or ``code`` is an
-        unused, unexpired code of this campaign, which it then spends on ``worker_id``."""
-        if row.max_workers is not None:
-            enrolled = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(t_workers)
-                .where(t_workers.c.campaign_id == row.id)
-            ).scalar_one()
-            if enrolled > row.max_workers:  # this worker's row is already counted
-                raise HTTPException(
-                    403, f"This campaign is full: it admits {row.max_workers} workers at most."
-                )
+    def invited(conn: sa.Connection, row: Any, code: str | None) -> str | None:
+        """The hash of ``code`` if it is an unused, unexpired code of this campaign (None for an
+        open campaign enrolled without one); else refuses the enrolment (HTTPException). Reads
+        nothing about workers: every refusal is the same whatever name was sent."""
         if code is None:
             if row.open_enrolment:
-                return
+                return None
             raise HTTPException(
                 401,
                 "This campaign enrols by invitation: send the enrolment code the requester gave "
@@ -639,15 +633,33 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             expires = expires.replace(tzinfo=UTC)
         if expires is not None and expires <= now():
             raise HTTPException(403, "This enrolment code has expired; ask the requester again.")
+        if found.worker_id is not None:
+            raise HTTPException(USED_CODE[0], USED_CODE[1])
+        return digest
+
+    def admit(conn: sa.Connection, row: Any, code_digest: str | None, worker_id: str) -> None:
+        """Refuses the enrolment (HTTPException) if the campaign is full; else spends the code
+        (checked by :func:`invited`) on ``worker_id``, unless a concurrent enrolment spent it
+        first."""
+        if row.max_workers is not None:
+            enrolled = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t_workers)
+                .where(t_workers.c.campaign_id == row.id)
+            ).scalar_one()
+            if enrolled > row.max_workers:  # this worker's row is already counted
+                raise HTTPException(
+                    403, f"This campaign is full: it admits {row.max_workers} workers at most."
+                )
+        if code_digest is None:
+            return
         spent = conn.execute(
             t_codes.update()
-            .where(t_codes.c.code_hash == digest, t_codes.c.worker_id.is_(None))
+            .where(t_codes.c.code_hash == code_digest, t_codes.c.worker_id.is_(None))
             .values(worker_id=worker_id, used_at=now())
         )
         if spent.rowcount != 1:
-            raise HTTPException(
-                403, "This enrolment code was already used; each admits one worker."
-            )
+            raise HTTPException(USED_CODE[0], USED_CODE[1])
 
     @app.post("/campaigns/{campaign_id}/workers", status_code=201, response_model=EnrolOut)
     def enrol(campaign_id: str, body: EnrolIn) -> EnrolOut:
@@ -655,6 +667,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         worker_id = str(uuid.uuid4())
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
+            # The code before the name: a request without a valid code is refused the same way
+            # whatever name it sends, so it cannot tell an enrolled name from a free one.
+            code_digest = invited(conn, row, body.code)
             if row.max_workers is not None:
                 # Lock the campaign's row before adding a worker, so two enrolments cannot both
                 # see room for one (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers and
@@ -677,11 +692,11 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                             enrolled_at=now(),
                         )
                     )
-                    # After the worker's row (the code points at it), in the same transaction:
-                    # a refused code leaves no worker behind.
-                    admit(conn, row, body.code, worker_id)
             except sa.exc.IntegrityError:
                 raise HTTPException(409, f"A worker named {body.name!r} is enrolled.") from None
+            # After the worker's row (the code points at it), in the same transaction: a
+            # refused code leaves no worker behind.
+            admit(conn, row, code_digest, worker_id)
         return EnrolOut(worker_id=worker_id, token=token)
 
     @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
