@@ -57,7 +57,7 @@ class Routes:
         files = {}
         for route in routes:
             if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
-                shipped = set()
+                shipped: set[str] = set()
                 for folder in route.app.all_directories:
                     root = Path(folder)
                     shipped.update(
