@@ -382,7 +382,8 @@ class _Revocable(StreamingResponse):
 
 def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     def requester_token(authorization: Auth = None) -> tuple[str, str]:
-        """The requester's id and the hash of the token it presented."""
+        """``(requester id, hash of the token presented)``: what a revocation or rotation of
+        that very token is conditioned on."""
         token = _bearer(authorization)
         if len(token) < requesters.MIN_TOKEN_LENGTH:
             # Refused even if registered before this check existed: it could be guessed.
@@ -496,10 +497,11 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     def rotate_token(who: tuple[str, str] = Depends(requester_token)) -> TokenOut:
         """A new token for this requester (the same campaigns); the one sent stops working.
         Refused (401) if that token was revoked or replaced meanwhile."""
-        token = requesters.rotate_presented(engine, who[1])
+        requester_id, digest = who
+        token = requesters.rotate_presented(engine, digest)
         if token is None:
             raise HTTPException(401, STALE_TOKEN)
-        return TokenOut(requester_id=who[0], token=token)
+        return TokenOut(requester_id=requester_id, token=token)
 
     @app.delete("/requester/token", status_code=204)
     def revoke_token(who: tuple[str, str] = Depends(requester_token)) -> Response:
@@ -507,7 +509,8 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         Only the server's operator can make a new one then (``privtd requester rotate``).
         Refused (401) if that token was replaced or revoked meanwhile: a 204 means no token of
         this requester works any more."""
-        if not requesters.revoke_presented(engine, who[1]):
+        _, digest = who
+        if not requesters.revoke_presented(engine, digest):
             raise HTTPException(401, STALE_TOKEN)
         return Response(status_code=204)
 
@@ -573,10 +576,11 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         NULL report): what the workers' devices sent, never a raw answer. Workers are named as
         they enrolled, as in the results. If the token is revoked or replaced during the
         download, the download stops there, without its end (an incomplete chunked body)."""
+        requester_id, digest = who
         with engine.connect() as conn:
-            row = owned(conn, campaign_id, who[0])
+            row = owned(conn, campaign_id, requester_id)
         return _Revocable(
-            _report_lines(engine, row, who[1]),
+            _report_lines(engine, row, digest),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{campaign_id}.csv"'},
         )
