@@ -1021,9 +1021,9 @@ def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str
             result = conn.execute(page)
             rows = result.cursor.fetchall()
             result.close()
-            # Each page its own transaction: a page sees revocations committed before it (a
-            # transaction held across the download would read one snapshot, and on SQLite
-            # hold the write lock, so the revocation itself would wait for the download).
+            # No transaction stays open while a page is decoded or sent: one held across the
+            # download would read a single snapshot, and on SQLite hold the write lock, so a
+            # revocation would wait for the download to end instead of stopping it.
             conn.commit()
             if not rows:
                 break
@@ -1050,8 +1050,9 @@ def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str
                 }
             )
             text = frame.to_csv(index=False, header=False, lineterminator="\n")
-            # Checked before each page leaves: once the token is revoked or replaced, nothing
-            # more is sent (what the network already carries still arrives).
+            # Checked, in a transaction of its own, before each page leaves: once the token is
+            # revoked or replaced, nothing more is sent (what the network already carries
+            # still arrives).
             if not requesters.valid(conn, digest):
                 raise _Stale
             conn.commit()
