@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +21,16 @@ pytest.importorskip("fastapi")
 import sqlalchemy as sa  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "attacks"))
+
+import service_token_race as token_race  # noqa: E402
+
 import test_service  # noqa: E402
 from privtd import client as client_module  # noqa: E402
 from privtd.client import Requester, ServiceError, Worker  # noqa: E402
 from privtd.errors import ValidationError  # noqa: E402
 from privtd.service import aggregate, create_app, db, requesters  # noqa: E402
+from privtd.service import app as service_app  # noqa: E402
 from privtd.service.schema import requesters as t_requesters  # noqa: E402
 from privtd.service.schema import runs as t_runs  # noqa: E402
 from test_cli import run as cli  # noqa: E402
@@ -189,6 +195,57 @@ def test_requester_tokens_can_be_revoked_and_rotated(live, tmp_path, capsys):
     # A revoked token cannot be registered again by privtd serve --requester-token.
     with pytest.raises(ValidationError, match="revoked"):
         requesters.ensure(api.app_state.engine, again.token)
+
+
+def test_a_revocation_answered_204_leaves_a_token_thief_nothing(live):
+    # A thief holding a copy of the token rotates it while its owner revokes it. Before, the
+    # rotation (by requester id, clearing revoked_at) undid a revocation that committed between
+    # its authentication and its update: the owner read 204 and the thief held a working token
+    # (20 of 20 trials with both requests authenticated first, forced by ``hold``).
+    base, api = live
+    out = token_race.race(base, api.app_state.engine, trials=20, lag=0.005, hold=0.03)
+    assert out["thief_kept_a_working_token"] == 0, out
+    # The owner, first by a few milliseconds, still revokes in most trials (a thief who
+    # rotates first wins, and the owner is told so with a 401, never a 204).
+    assert out["revoke_answered_204"] >= 5, out
+
+
+def test_an_export_stops_at_the_revocation(live, monkeypatch):
+    # Before, an export already streaming ran to its end (every one of 30,000 reports reached
+    # the thief after the owner's revocation answered 204) and ended complete.
+    base, api = live
+    monkeypatch.setattr(service_app, "EXPORT_CHUNK", 1000)
+    out = token_race.export(base, api.app_state.engine, 30_000)
+    assert out["revoke_status"] == 204, out
+    assert out["download"].startswith("cut off"), out
+    # What the network already carried still arrives: a few pages, never the rest.
+    assert out["reports_after_revocation"] <= 10_000, out
+
+
+def test_the_client_reports_an_export_cut_short(live, tmp_path, capsys, monkeypatch):
+    base, api = live
+    monkeypatch.setattr(service_app, "EXPORT_CHUNK", 1000)
+    made = make_campaign(api, tasks=[{"key": f"t{i}"} for i in range(200)], budget=1000.0)
+    alice = enrol(api, made["id"], "alice")
+    body = submission(["yes"] * 200, params=made["mechanism"]["params"])
+    reply = post(api, made["id"], body, alice)
+    assert reply.status_code == 201, reply.text
+    real = service_app._report_lines
+
+    def revoked_midway(engine, campaign, digest):
+        lines = real(engine, campaign, digest)
+        yield next(lines)  # the header goes out; then the owner revokes
+        assert requesters.revoke_presented(engine, digest)
+        yield from lines
+
+    monkeypatch.setattr(service_app, "_report_lines", revoked_midway)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "reports.csv"
+    args = ["campaign", "export", base, made["id"], "-o", target, "--token", REQUESTER]
+    code, _, err = cli(args, capsys)
+    assert code != 0 and "stopped after" in err and err.count("\n") == 1, err
+    assert list(folder.iterdir()) == []  # no partial file
 
 
 def test_another_requesters_campaign_is_403(api):

@@ -9,14 +9,20 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 pytest.importorskip("fastapi")
 import sqlalchemy as sa  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "attacks"))
+
+import service_access_log as access_log_attack  # noqa: E402
 
 import test_service  # noqa: E402
 from privtd.service import db, requesters  # noqa: E402
@@ -42,18 +48,47 @@ OTHER = "another-requester-token-of-length-32+"
 LINE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S+ [A-Z]+ /\S* \d{3} \d+\.\dms"
 
 
-def test_redact_path_keeps_only_what_the_service_issued():
-    words = frozenset({"campaigns", "runs", "collect", "static", "tasks"})
-    cid = str(uuid.uuid4())
+def test_redact_path_keeps_only_what_the_service_issued(tmp_path):
+    from privtd.service import create_app
+    from privtd.service.access_log import Routes
+
+    app = create_app(f"sqlite:///{tmp_path / 'log.db'}", requester_token=REQUESTER)
+    routes = Routes.of(app)
+    app.state.engine.dispose()
+    cid, run = str(uuid.uuid4()), str(uuid.uuid4())
     secret = "Zx9_-secretTOKENvalue-0123456789abcdefghijk"
-    assert redact_path(f"/campaigns/{cid}/runs", "", words) == f"/campaigns/{cid}/runs"
-    assert redact_path(f"/campaigns/{secret}/tasks", "", words) == f"/campaigns/{REDACTED}/tasks"
-    assert redact_path("/static/perturb.js", "", words) == "/static/perturb.js"
-    # A file name outside a static folder is not trusted.
-    assert redact_path(f"/{secret}.js", "", words) == f"/{REDACTED}"
-    got = redact_path("/collect", f"campaign={cid}&code={secret}&{secret}", words)
-    assert got == f"/collect?campaign={cid}&code={REDACTED}&{REDACTED}={REDACTED}"
-    assert secret not in got
+    short = "kSecretOfTwentyFourChars"  # a bare query key the old pattern let through
+
+    def log(path, query=""):
+        return redact_path(path, query, routes)
+
+    assert log(f"/campaigns/{cid}/runs/{run}") == f"/campaigns/{cid}/runs/{run}"
+    assert log(f"/campaigns/{secret}/tasks") == f"/campaigns/{REDACTED}/tasks"
+    assert log("/campaigns") == "/campaigns" and log("/docs") == "/docs"
+    # Static files: only those the server ships, whatever a name looks like.
+    assert log("/static/perturb.js") == "/static/perturb.js"
+    assert log(f"/static/{secret}.js") == f"/static/{REDACTED}"
+    assert log(f"/static-offline-docs/{secret}.css") == f"/static-offline-docs/{REDACTED}"
+    assert log(f"/static/perturb.js/{secret}") == f"/static/{REDACTED}"
+    # A path no route matches: nothing of it.
+    assert log(f"/{secret}.js") == f"/{REDACTED}"
+    assert log(f"/campaigns/{cid}/{secret}") == f"/{REDACTED}"
+    # Query: the keys the pages read, and a campaign id; nothing else.
+    got = log("/collect", f"campaign={cid}&code={secret}&{secret}&{short}&{short}=1&token=x")
+    assert got == (
+        f"/collect?campaign={cid}&code={REDACTED}&{REDACTED}={REDACTED}"
+        f"&{REDACTED}={REDACTED}&{REDACTED}={REDACTED}&{REDACTED}={REDACTED}"
+    )
+    assert log("/collect", f"campaign={secret}&code={cid}") == (
+        f"/collect?campaign={REDACTED}&code={REDACTED}"
+    )
+
+
+def test_the_access_log_attack_finds_no_secret():
+    # Before: 4 of 8 secrets were logged (a file name under /static or /static-offline-docs,
+    # a query key of up to 24 characters, bare or with a value).
+    out = access_log_attack.probe()
+    assert out["lines"] == out["secrets"] == 8 and out["logged"] == 0, out
 
 
 def test_access_log_has_no_token_code_or_body(api, caplog):
@@ -79,7 +114,7 @@ def test_access_log_has_no_token_code_or_body(api, caplog):
     assert all(pd.Series(lines).str.fullmatch(LINE)), lines
     assert f"GET /collect?campaign={cid}&code={REDACTED} 200" in lines[0]
     assert f"GET /campaigns/{REDACTED}/tasks 404" in lines[1]
-    assert f"GET /campaigns/{cid}/tasks?token={REDACTED} 200" in lines[2]
+    assert f"GET /campaigns/{cid}/tasks?{REDACTED}={REDACTED} 200" in lines[2]
     assert f"POST /campaigns/{cid}/submissions 201" in lines[3]
 
 

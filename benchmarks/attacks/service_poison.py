@@ -105,9 +105,22 @@ def submit(api: Any, made: dict[str, Any], headers: dict[str, str], values: list
 
 
 def worst_accepted(made: dict[str, Any]) -> float | None:
-    """The top of the published report range, where the server has one (after the fix)."""
+    """The top of the published report range, where the server has one (after the fix): its
+    largest point on the mechanism's public grid, where the server checks the grid."""
     bounds = made.get("report_range")
-    return None if bounds is None else float(bounds[1])
+    if bounds is None:
+        return None
+    top = float(bounds[1])
+    from privtd.service import campaigns
+
+    if not hasattr(campaigns, "public_grid"):  # a server that accepts any value in the range
+        return top
+    mech = MECHANISMS[made["mechanism"]["name"]](**made["mechanism"]["params"])
+    origin, step = campaigns.public_grid(mech)
+    j = np.floor((top - origin) / step)
+    while origin + j * step > top:
+        j -= 1
+    return float(origin + j * step)
 
 
 def mae(result: dict[str, Any], truth: np.ndarray) -> float:

@@ -517,6 +517,14 @@ class Requester:
                     out.write(chunk)
                     written += len(chunk)
         except httpx.TransportError as exc:
+            if written:
+                # The server cuts an export short when its token is revoked or replaced.
+                raise ServiceError(
+                    0,
+                    f"the export from {url} stopped after {written} bytes, incomplete ({exc}): "
+                    "the requester token was revoked or replaced, or the connection failed",
+                    transient=True,
+                ) from None
             raise ServiceError(0, f"cannot reach {url}: {exc}", transient=True) from None
         return written
 

@@ -7,12 +7,15 @@ duration::
 
 What it never holds: request or response bodies (answers, perturbed reports, enrolment names,
 results), headers (the bearer tokens travel in ``Authorization``), and any secret a client put
-in the URL. The path is rebuilt from what the service itself issues: a segment is kept only if
-it is one of the API's own words (``campaigns``, ``runs``, ...), a UUID (campaign, run and
-worker ids), or a file name under ``/static``; anything else (a token or an enrolment code
-pasted into a path, a mistyped URL) becomes ``[redacted]``. Query strings keep their keys and
-only UUID values: ``/collect?campaign=ID&code=SECRET`` is logged as
-``/collect?campaign=ID&code=[redacted]``. docs/service.md ("Access log") says why.
+in the URL. The path is redacted by rule, not by guessing what a secret looks like: it is
+logged as the template of the route it matches (``/campaigns/{campaign_id}/runs``), each
+parameter filled in only if it is a UUID (the campaign and run ids the service issues), else
+``[redacted]``; under a static folder, only a file the server ships is named; a path that
+matches no route is logged as ``/[redacted]``. Of the query, only the keys the service's pages
+read are named (``campaign``, ``code``), and of their values only a campaign id (a UUID): the
+invitation link ``/collect?campaign=ID&code=SECRET`` is logged as
+``/collect?campaign=ID&code=[redacted]``, and every other key and value as ``[redacted]``.
+docs/service.md ("Access log") says why.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from starlette.routing import Match, Mount
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The logger ``privtd serve`` writes to (``--access-log``); silent unless given a handler.
@@ -31,41 +38,72 @@ LOGGER = logging.getLogger(__name__)
 REDACTED = "[redacted]"
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-# Files of the static folders (perturb.js, swagger-ui.css): short names with an extension.
-_FILE = re.compile(r"[A-Za-z0-9_-]{1,60}\.[A-Za-z0-9.]{1,10}")
-# A query key kept as is: a short name. A secret sent as a key (``?TOKEN``) is longer: the
-# service's tokens and codes have 43 characters, a requester's own token at least 32.
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,23}")
+#: The query keys the service's pages read (the invitation link), and whether a UUID value of
+#: the key is logged (a campaign id; a code never is).
+QUERY_KEYS = {"campaign": True, "code": False}
 
 
-def _words(app: Any) -> frozenset[str]:
-    """Every literal segment of the app's routes and mounts (what a safe path is made of)."""
-    words = {"favicon.ico", "robots.txt"}
-    for route in getattr(app, "routes", ()):
-        for part in str(getattr(route, "path", "")).split("/"):
-            if part and "{" not in part:
-                words.add(part)
-    return frozenset(words)
+@dataclass(frozen=True)
+class Routes:
+    """What a logged path may show: the app's routes, and the files each static mount serves
+    (by the mount's path)."""
+
+    routes: tuple[Any, ...]
+    files: dict[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, app: Any) -> Routes:
+        routes = tuple(getattr(app, "routes", ()))
+        files = {}
+        for route in routes:
+            if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
+                shipped: set[str] = set()
+                for folder in route.app.all_directories:
+                    root = Path(folder)
+                    shipped.update(
+                        p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+                    )
+                files[route.path] = frozenset(shipped)
+        return cls(routes, files)
 
 
-def redact_path(path: str, query: str, words: frozenset[str]) -> str:
-    """``path?query`` with every segment and query value the service did not issue redacted."""
-    parts = path.split("/")
-    static = len(parts) > 2 and parts[1] in words and parts[1].startswith("static")
-    kept = [
-        p
-        if (not p or p in words or _UUID.fullmatch(p) or (static and _FILE.fullmatch(p)))
-        else REDACTED
-        for p in parts
-    ]
-    out = "/".join(kept)
+def redact_path(path: str, query: str, routes: Routes, method: str = "GET") -> str:
+    """``path?query`` as the access log writes it (see the module's description)."""
+    out = _template(path, method, routes)
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        out += "?" + "&".join(
-            f"{k if _KEY.fullmatch(k) else REDACTED}={v if _UUID.fullmatch(v) else REDACTED}"
-            for k, v in pairs
-        )
+        out += "?" + "&".join(_pair(k, v) for k, v in pairs)
     return out
+
+
+def _template(path: str, method: str, routes: Routes) -> str:
+    scope = {"type": "http", "path": path, "root_path": "", "method": method}
+    found = None
+    for route in routes.routes:
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            found = route, child
+            break
+        if match is Match.PARTIAL and found is None:  # another method: 405, same template
+            found = route, child
+    if found is None:
+        return "/" + REDACTED
+    route, child = found
+    if isinstance(route, Mount):
+        rest = path[len(child.get("root_path", route.path)) :].lstrip("/")
+        shown = rest if rest in routes.files.get(route.path, ()) else REDACTED
+        return f"{route.path}/{shown}"
+    params = child.get("path_params", {})
+    return str(route.path_format).format(
+        **{k: v if _UUID.fullmatch(str(v)) else REDACTED for k, v in params.items()}
+    )
+
+
+def _pair(key: str, value: str) -> str:
+    if key not in QUERY_KEYS:
+        return f"{REDACTED}={REDACTED}"
+    keep = QUERY_KEYS[key] and _UUID.fullmatch(value)
+    return f"{key}={value if keep else REDACTED}"
 
 
 class AccessLog:
@@ -77,14 +115,14 @@ class AccessLog:
     def __init__(self, app: ASGIApp, root: Any = None) -> None:
         self.app = app
         self.root = root if root is not None else app
-        self._words: frozenset[str] | None = None
+        self._routes: Routes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not LOGGER.isEnabledFor(logging.INFO):
             await self.app(scope, receive, send)
             return
-        if self._words is None:  # the routes are all added once the first request comes
-            self._words = _words(self.root)
+        if self._routes is None:  # the routes are all added once the first request comes
+            self._routes = Routes.of(self.root)
         started = time.perf_counter()
         status = 500
 
@@ -104,7 +142,7 @@ class AccessLog:
                 datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                 client[0] if client else "-",
                 scope.get("method", "-"),
-                redact_path(scope.get("path", ""), query, self._words),
+                redact_path(scope.get("path", ""), query, self._routes, scope.get("method", "GET")),
                 status,
                 (time.perf_counter() - started) * 1000,
             )

@@ -347,6 +347,9 @@ def _bearer(authorization: str | None) -> str:
     return authorization[len("Bearer ") :]
 
 
+#: A code that already admitted a worker (status, detail).
+USED_CODE = (403, "This enrolment code was already used; each admits one worker.")
+
 OPEN_WARNING = (
     "Open enrolment: anyone who has the campaign's id can enrol, as many identities as they "
     "like (up to max_workers), each with a fresh budget; fake workers can then send any report "
@@ -354,8 +357,33 @@ OPEN_WARNING = (
 )
 
 
+#: The answer to a request whose requester token was revoked or replaced while it ran.
+STALE_TOKEN = (
+    "This requester token was revoked or replaced while the request ran; if you did not "
+    "replace it, it leaked: ask the server's operator (privtd requester revoke / rotate)."
+)
+
+
+class _Stale(Exception):
+    """Raised in a streamed answer when the token it was authenticated with stops working."""
+
+
+class _Revocable(StreamingResponse):
+    """A streamed answer cut short when its requester token stops working: the connection is
+    closed without the body's last chunk, so the client sees a download that failed (never a
+    complete-looking file that holds only part of the reports)."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        except _Stale:
+            return  # the server closes the connection: the answer never completes
+
+
 def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
-    def requester(authorization: Auth = None) -> str:
+    def requester_token(authorization: Auth = None) -> tuple[str, str]:
+        """``(requester id, hash of the token presented)``: what a revocation or rotation of
+        that very token is conditioned on."""
         token = _bearer(authorization)
         if len(token) < requesters.MIN_TOKEN_LENGTH:
             # Refused even if registered before this check existed: it could be guessed.
@@ -374,7 +402,10 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             raise HTTPException(401, "Unknown requester token.")
         if row.revoked_at is not None:
             raise HTTPException(401, "This requester token was revoked.")
-        return str(row.id)
+        return str(row.id), db.token_hash(token)
+
+    def requester(who: tuple[str, str] = Depends(requester_token)) -> str:
+        return who[0]
 
     def campaign_row(conn: sa.Connection, campaign_id: str) -> Any:
         row = conn.execute(sa.select(t_campaigns).where(t_campaigns.c.id == campaign_id)).first()
@@ -463,15 +494,24 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             return describe(conn, campaign_row(conn, campaign_id))
 
     @app.post("/requester/token", status_code=201, response_model=TokenOut)
-    def rotate_token(requester_id: str = Depends(requester)) -> TokenOut:
-        """A new token for this requester (the same campaigns); the one sent stops working."""
-        return TokenOut(requester_id=requester_id, token=requesters.rotate(engine, requester_id))
+    def rotate_token(who: tuple[str, str] = Depends(requester_token)) -> TokenOut:
+        """A new token for this requester (the same campaigns); the one sent stops working.
+        Refused (401) if that token was revoked or replaced meanwhile."""
+        requester_id, digest = who
+        token = requesters.rotate_presented(engine, digest)
+        if token is None:
+            raise HTTPException(401, STALE_TOKEN)
+        return TokenOut(requester_id=requester_id, token=token)
 
     @app.delete("/requester/token", status_code=204)
-    def revoke_token(requester_id: str = Depends(requester)) -> Response:
-        """Revoke the token sent: it is refused from now on. Only the server's operator can
-        make a new one then (``privtd requester rotate``)."""
-        requesters.revoke(engine, requester_id)
+    def revoke_token(who: tuple[str, str] = Depends(requester_token)) -> Response:
+        """Revoke the token sent: it is refused from now on, and exports it is streaming stop.
+        Only the server's operator can make a new one then (``privtd requester rotate``).
+        Refused (401) if that token was replaced or revoked meanwhile: a 204 means no token of
+        this requester works any more."""
+        _, digest = who
+        if not requesters.revoke_presented(engine, digest):
+            raise HTTPException(401, STALE_TOKEN)
         return Response(status_code=204)
 
     @app.get("/campaigns", response_model=list[CampaignSummary])
@@ -531,14 +571,16 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         response_class=StreamingResponse,
         responses={200: {"content": {"text/csv": {}}, "description": "task,worker,answer"}},
     )
-    def export_reports(campaign_id: str, requester_id: str = Depends(requester)) -> Any:
+    def export_reports(campaign_id: str, who: tuple[str, str] = Depends(requester_token)) -> Any:
         """The campaign's perturbed reports as CSV (task,worker,answer; an empty answer is a
         NULL report): what the workers' devices sent, never a raw answer. Workers are named as
-        they enrolled, as in the results."""
+        they enrolled, as in the results. If the token is revoked or replaced during the
+        download, the download stops there, without its end (an incomplete chunked body)."""
+        requester_id, digest = who
         with engine.connect() as conn:
             row = owned(conn, campaign_id, requester_id)
-        return StreamingResponse(
-            _report_lines(engine, row),
+        return _Revocable(
+            _report_lines(engine, row, digest),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{campaign_id}.csv"'},
         )
@@ -574,22 +616,13 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             )
         return CodesOut(codes=[code for code, _ in made], expires_at=expires)
 
-    def admit(conn: sa.Connection, row: Any, code: str | None, worker_id: str) -> None:
-        """Refuses the enrolment (HTTPException) unless the campaign is open or ``code`` is an
-        unused, unexpired code of this campaign, which it then spends on ``worker_id``."""
-        if row.max_workers is not None:
-            enrolled = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(t_workers)
-                .where(t_workers.c.campaign_id == row.id)
-            ).scalar_one()
-            if enrolled > row.max_workers:  # this worker's row is already counted
-                raise HTTPException(
-                    403, f"This campaign is full: it admits {row.max_workers} workers at most."
-                )
+    def invited(conn: sa.Connection, row: Any, code: str | None) -> str | None:
+        """The hash of ``code`` if it is an unused, unexpired code of this campaign (None for an
+        open campaign enrolled without one); else refuses the enrolment (HTTPException). Reads
+        nothing about workers: every refusal is the same whatever name was sent."""
         if code is None:
             if row.open_enrolment:
-                return
+                return None
             raise HTTPException(
                 401,
                 "This campaign enrols by invitation: send the enrolment code the requester gave "
@@ -604,15 +637,33 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             expires = expires.replace(tzinfo=UTC)
         if expires is not None and expires <= now():
             raise HTTPException(403, "This enrolment code has expired; ask the requester again.")
+        if found.worker_id is not None:
+            raise HTTPException(USED_CODE[0], USED_CODE[1])
+        return digest
+
+    def admit(conn: sa.Connection, row: Any, code_digest: str | None, worker_id: str) -> None:
+        """Refuses the enrolment (HTTPException) if the campaign is full; else spends the code
+        (checked by :func:`invited`) on ``worker_id``, unless a concurrent enrolment spent it
+        first."""
+        if row.max_workers is not None:
+            enrolled = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t_workers)
+                .where(t_workers.c.campaign_id == row.id)
+            ).scalar_one()
+            if enrolled > row.max_workers:  # this worker's row is already counted
+                raise HTTPException(
+                    403, f"This campaign is full: it admits {row.max_workers} workers at most."
+                )
+        if code_digest is None:
+            return
         spent = conn.execute(
             t_codes.update()
-            .where(t_codes.c.code_hash == digest, t_codes.c.worker_id.is_(None))
+            .where(t_codes.c.code_hash == code_digest, t_codes.c.worker_id.is_(None))
             .values(worker_id=worker_id, used_at=now())
         )
         if spent.rowcount != 1:
-            raise HTTPException(
-                403, "This enrolment code was already used; each admits one worker."
-            )
+            raise HTTPException(USED_CODE[0], USED_CODE[1])
 
     @app.post("/campaigns/{campaign_id}/workers", status_code=201, response_model=EnrolOut)
     def enrol(campaign_id: str, body: EnrolIn) -> EnrolOut:
@@ -620,6 +671,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         worker_id = str(uuid.uuid4())
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
+            # The code before the name: a request without a valid code is refused the same way
+            # whatever name it sends, so it cannot tell an enrolled name from a free one.
+            code_digest = invited(conn, row, body.code)
             if row.max_workers is not None:
                 # Lock the campaign's row before adding a worker, so two enrolments cannot both
                 # see room for one (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers and
@@ -642,11 +696,11 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                             enrolled_at=now(),
                         )
                     )
-                    # After the worker's row (the code points at it), in the same transaction:
-                    # a refused code leaves no worker behind.
-                    admit(conn, row, body.code, worker_id)
             except sa.exc.IntegrityError:
                 raise HTTPException(409, f"A worker named {body.name!r} is enrolled.") from None
+            # After the worker's row (the code points at it), in the same transaction: a
+            # refused code leaves no worker behind.
+            admit(conn, row, code_digest, worker_id)
         return EnrolOut(worker_id=worker_id, token=token)
 
     @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
@@ -915,8 +969,9 @@ def _counts(conn: sa.Connection, column: Any, ids: Any) -> dict[str, int]:
 EXPORT_CHUNK = 10_000
 
 
-def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
-    """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded."""
+def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str]:
+    """The campaign's reports as CSV text, chunk by chunk, labels and task keys decoded; raises
+    :class:`_Stale` before a chunk if the requester token hashed ``digest`` stopped working."""
     import numpy as np
     import pandas as pd
 
@@ -944,6 +999,7 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
             ),
             dtype=object,
         )
+        conn.commit()
         yield "task,worker,answer\n"
         query = (
             sa.select(t_reports.c.task_position, t_reports.c.worker_id, t_reports.c.value)
@@ -965,6 +1021,10 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
             result = conn.execute(page)
             rows = result.cursor.fetchall()
             result.close()
+            # No transaction stays open while a page is decoded or sent: one held across the
+            # download would read a single snapshot, and on SQLite hold the write lock, so a
+            # revocation would wait for the download to end instead of stopping it.
+            conn.commit()
             if not rows:
                 break
             after = (rows[-1][0], rows[-1][1])
@@ -989,4 +1049,11 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
                     "value": shown,
                 }
             )
-            yield frame.to_csv(index=False, header=False, lineterminator="\n")
+            text = frame.to_csv(index=False, header=False, lineterminator="\n")
+            # Checked, in a transaction of its own, before each page leaves: once the token is
+            # revoked or replaced, nothing more is sent (what the network already carries
+            # still arrives).
+            if not requesters.valid(conn, digest):
+                raise _Stale
+            conn.commit()
+            yield text

@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import ValidationError
 from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
@@ -224,7 +226,47 @@ def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[An
                 "(docs/service.md); send what the mechanism released."
             )
         out.append(float(v))
+    _check_grid(mech, out)
     return out
+
+
+def public_grid(mech: Mechanism) -> tuple[float, float] | None:
+    """``(origin, step)`` of the grid every release of a numeric mechanism lies on
+    (``origin + J * step``, ``J`` an integer), as the mechanism defines it; None for the others
+    (categorical outputs, and P3's KRR and two-layer, whose outputs are checked as integers)."""
+    origin, step = getattr(mech, "grid_origin", None), getattr(mech, "grid_step", None)
+    if origin is None or step is None:
+        return None
+    return float(origin), float(step)
+
+
+def on_grid(values: np.ndarray, origin: float, step: float) -> np.ndarray:
+    """Whether each value is exactly ``origin + J * step`` for an integer ``J``, computed in
+    float64 as the mechanisms compute a release (the product, then the sum). The nearest
+    ``J`` and its two neighbours are tried: where ``step`` is below the values' float spacing,
+    several ``J`` give the same double."""
+    x = np.asarray(values, dtype=float)
+    j = np.rint((x - origin) / step)
+    return np.logical_or.reduce([origin + (j + d) * step == x for d in (-1.0, 0.0, 1.0)])
+
+
+def _check_grid(mech: Mechanism, values: list[Any]) -> None:
+    grid = public_grid(mech)
+    if grid is None:
+        return
+    x = np.array([v for v in values if v is not None], dtype=float)
+    off = x[~on_grid(x, *grid)]
+    if off.size:
+        origin, step = grid
+        where = (
+            "the integers"
+            if (origin, step) == (0.0, 1.0)
+            else f"{origin:.17g} + J * {step:.17g} for an integer J"
+        )
+        raise ValidationError(
+            f"Value {float(off[0])!r} is off {mech.name}'s public grid ({where}), where every "
+            "release of the mechanism lies; send what the mechanism released."
+        )
 
 
 def _label_key(label: Any) -> str:

@@ -6,6 +6,13 @@ guessed, so the service refuses tokens shorter than :data:`MIN_TOKEN_LENGTH` cha
 token that leaked is revoked (``privtd requester revoke``, ``DELETE /requester/token``) or
 replaced by a new one for the same requester and campaigns (``privtd requester rotate``,
 ``POST /requester/token``).
+
+Over the API, both act on the token the request presented, in one conditional UPDATE (that
+token's hash, not yet revoked): whichever of a revocation and a rotation commits first wins, and
+the other finds nothing to change and is refused. A revocation that succeeds thus leaves no
+token of the requester working, even when a thief holding the same token rotates at the same
+moment; a rotation that wins makes the owner's revocation fail with 401 (the token is no longer
+the requester's), which tells the owner that someone else replaced it.
 """
 
 from __future__ import annotations
@@ -77,8 +84,8 @@ def ensure(engine: sa.Engine, token: str | None) -> str | None:
 
 
 def revoke(engine: sa.Engine, requester_id: str) -> None:
-    """Revoke the requester's token: from now on it is refused (401). Its campaigns stay; a
-    new token for them comes from :func:`rotate`."""
+    """Revoke the requester's token (the operator's command, by requester id): from now on it
+    is refused (401). Its campaigns stay; a new token for them comes from :func:`rotate`."""
     with engine.begin() as conn:
         done = conn.execute(
             t_requesters.update()
@@ -91,7 +98,8 @@ def revoke(engine: sa.Engine, requester_id: str) -> None:
 
 
 def rotate(engine: sa.Engine, requester_id: str) -> str:
-    """A new token for the requester (the same campaigns); the old one stops working."""
+    """A new token for the requester (the operator's command, by requester id; the same
+    campaigns), revoked or not; the old one stops working."""
     token, digest = db.new_token()
     with engine.begin() as conn:
         _known(conn, requester_id)
@@ -101,6 +109,42 @@ def rotate(engine: sa.Engine, requester_id: str) -> str:
             .values(token_hash=digest, revoked_at=None)
         )
     return token
+
+
+def revoke_presented(engine: sa.Engine, digest: str) -> bool:
+    """Revoke the token whose hash is ``digest`` if it is still the requester's and unrevoked;
+    False if a concurrent rotation or revocation changed it first (nothing is changed then)."""
+    with engine.begin() as conn:
+        done = conn.execute(
+            t_requesters.update()
+            .where(t_requesters.c.token_hash == digest, t_requesters.c.revoked_at.is_(None))
+            .values(revoked_at=now())
+        )
+        return done.rowcount == 1
+
+
+def rotate_presented(engine: sa.Engine, digest: str) -> str | None:
+    """A new token replacing the one whose hash is ``digest``, if that one is still the
+    requester's and unrevoked; None if a concurrent rotation or revocation changed it first."""
+    token, new_digest = db.new_token()
+    with engine.begin() as conn:
+        done = conn.execute(
+            t_requesters.update()
+            .where(t_requesters.c.token_hash == digest, t_requesters.c.revoked_at.is_(None))
+            .values(token_hash=new_digest)
+        )
+        return token if done.rowcount == 1 else None
+
+
+def valid(conn: sa.Connection, digest: str) -> bool:
+    """Whether the token whose hash is ``digest`` still authenticates (neither revoked nor
+    replaced)."""
+    found = conn.execute(
+        sa.select(t_requesters.c.id).where(
+            t_requesters.c.token_hash == digest, t_requesters.c.revoked_at.is_(None)
+        )
+    ).first()
+    return found is not None
 
 
 def listing(engine: sa.Engine) -> list[dict[str, Any]]:
