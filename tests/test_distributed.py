@@ -1,8 +1,10 @@
-"""Truth inference on a Dask cluster: the same answer as in memory, over processes and TCP.
+"""Truth inference on a Dask cluster: the same answer as in memory, over processes and TLS.
 
-A LocalCluster of two worker processes (127.0.0.1, no dashboard) for most tests, and a
-scheduler and a worker started as separate processes (``python -m distributed.cli...``) for
-the ones that show the fit crossing a network connection.
+A LocalCluster of two worker processes (127.0.0.1, TLS with a temporary certificate, no
+dashboard) for most tests, and a scheduler and a worker started as separate processes
+(``python -m distributed.cli...``, with certificates from ``privtd cluster-certs``) for the
+ones that show the fit crossing a network connection; and the attacks on both: a stranger
+who reaches their ports, a scheduler that accepts and never answers.
 """
 
 from __future__ import annotations
@@ -330,7 +332,9 @@ def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
         port = s.getsockname()[1]
     out = tmp_path / "t.csv"
     args = ["infer", str(files["cat"]), "-m", "ds", "-o", str(out), "--engine", "dask"]
-    code, _, err = run([*args, "--scheduler", f"tcp://127.0.0.1:{port}"], capsys)
+    code, _, err = run(
+        [*args, "--scheduler", f"tcp://127.0.0.1:{port}", "--allow-plain-tcp"], capsys
+    )
     assert code == 2 and "Cannot reach the Dask scheduler" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
     code, _, err = run(["infer", str(tmp_path / "nope"), *args[2:]], capsys)
@@ -357,62 +361,80 @@ def test_cli_memory_limit_runs_a_limited_local_cluster(files, tmp_path, capsys):
 
 # ---------------------------------------------------------------------- across processes, TCP
 @pytest.fixture(scope="module")
-def remote(tmp_path_factory):
-    """A scheduler and a worker, each its own process, talking TCP on 127.0.0.1."""
+def certs(tmp_path_factory):
+    """A private CA and the certificates of a scheduler, a client and a worker."""
+    from privtd.inference.distributed._certs import make_cluster_certs
+
+    return make_cluster_certs(tmp_path_factory.mktemp("certs") / "tls", workers=1)
+
+
+def _tls_args(certs, party, prefix="--tls"):
+    cert, key = certs[party]
+    return [f"{prefix}-ca-file", certs["ca"][0], f"{prefix}-cert", cert, f"{prefix}-key", key]
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory, certs):
+    """A scheduler and a worker, each its own process, talking TLS on 127.0.0.1 with the
+    certificates ``privtd cluster-certs`` makes."""
+    from privtd.inference.distributed import tls_security
+
     folder = tmp_path_factory.mktemp("sched")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
+    address = f"tls://127.0.0.1:{port}"
     common = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--no-dashboard"],
+        + ["--port", str(port), "--no-dashboard", "--protocol", "tls"]
+        + _tls_args(certs, "scheduler"),
         **common,
     )
     worker = subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", "1"]
         + ["--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"]
-        + ["--local-directory", str(folder)],
+        + ["--local-directory", str(folder)]
+        + _tls_args(certs, "worker-1"),
         **common,
     )
+    security = tls_security(certs["ca"][0], *certs["client"])
     try:
-        import distributed
-
         deadline = time.monotonic() + 60
         while True:
             try:
-                with distributed.Client(address, timeout="2s") as probe:
+                with connect(scheduler=address, security=security, connect_timeout=5) as probe:
                     probe.wait_for_workers(1, timeout=30)
                 break
-            except OSError:
+            except ValidationError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        yield address
+        yield address, security
     finally:
         for proc in (worker, scheduler):  # nothing to save: no graceful shutdown needed
             proc.kill()
             proc.wait(timeout=20)
 
 
-def test_separate_scheduler_and_worker_processes_over_tcp(remote, files):
-    import distributed
-
-    with distributed.Client(remote, set_as_default=False) as cl:
+def test_separate_scheduler_and_worker_processes_over_tls(remote, files):
+    address, security = remote
+    with connect(scheduler=address, security=security) as cl:
         [pid] = cl.run(os.getpid).values()
         assert pid != os.getpid()  # the shards live in another process
         [address] = cl.scheduler_info()["workers"]
-        assert address.startswith("tcp://127.0.0.1:")
+        assert address.startswith("tls://127.0.0.1:")
         data = ingest(files["cat"], cl, partitions=3)
         mem, dist = _both("ds", CATEGORICAL["ds"], files["cat_frame"], data)
     _assert_same(mem, dist, numeric=False)
 
 
 def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
-    remote, files, tmp_path, capsys
+    remote, certs, files, tmp_path, capsys
 ):
+    address, _ = remote
+    tls = _tls_args(certs, "client")
     both = pd.concat([pd.read_parquet(p) for p in sorted(files["cat"].glob("*.parquet"))])
     both.to_csv(tmp_path / "all.csv", index=False)
     outputs = {}
@@ -420,7 +442,7 @@ def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
         out = tmp_path / f"{engine}.csv"
         probas = tmp_path / f"{engine}-p.csv"
         source = str(tmp_path / "all.csv") if engine == "memory" else str(files["cat"])
-        extra = ["--engine", "dask", "--scheduler", remote] if engine == "dask" else []
+        extra = ["--engine", "dask", "--scheduler", address, *tls] if engine == "dask" else []
         code, _, err = run(
             ["infer", source, "-m", "one-coin-ds", "-o", str(out), "--probas-output", str(probas)]
             + extra,
@@ -433,12 +455,12 @@ def test_cli_on_a_remote_scheduler_writes_what_the_in_memory_cli_writes(
     # -o NAME.parquet: a folder of Parquet files the workers wrote, the same truths.
     folder = tmp_path / "dask.parquet"
     args = ["infer", str(files["cat"]), "-m", "one-coin-ds", "-o", str(folder)]
-    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", address, *tls], capsys)
     assert code == 0, err
     got = pd.read_parquet(folder).set_index("task")["truth"]  # pyarrow reads the folder
     mem = outputs["memory"][0].set_index("task")["truth"]
     assert got.loc[mem.index].to_numpy().tolist() == mem.to_numpy().tolist()
-    code, _, err = run([*args, "--engine", "dask", "--scheduler", remote], capsys)
+    code, _, err = run([*args, "--engine", "dask", "--scheduler", address, *tls], capsys)
     assert code == 2 and "is a directory" in err  # click refuses an existing folder
     code, _, err = run([*args[:-1], str(tmp_path / "m.parquet")], capsys)
     assert code == 2 and "--engine dask" in err and not (tmp_path / "m.parquet").exists()
@@ -479,7 +501,7 @@ def test_a_worker_killed_mid_fit_is_survived_with_the_same_labels(files):
             assert est.truths_.equals(calm.truths_), method
             assert est.n_iter_ == calm.n_iter_, method
             np.testing.assert_allclose(est.objective_, calm.objective_, rtol=1e-12)
-            cl.wait_for_workers(2, timeout=30)
+            cl.wait_for_workers(2, timeout=120)  # a restart is slow on a loaded machine
 
 
 def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
@@ -491,8 +513,8 @@ def test_the_local_cluster_listens_on_loopback_only_without_a_dashboard(client):
         return dask_scheduler.address, http
 
     address, http = client.run_on_scheduler(sockets)
-    assert address.startswith("tcp://127.0.0.1:") and {h for h, _ in http} == {"127.0.0.1"}
-    assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])
+    assert address.startswith("tls://127.0.0.1:") and {h for h, _ in http} == {"127.0.0.1"}
+    assert all(w.startswith("tls://127.0.0.1:") for w in client.scheduler_info()["workers"])
     # Its HTTP port answers health checks only: no dashboard page.
     port = http[0][1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as page:
@@ -658,7 +680,12 @@ def test_service_aggregates_a_campaign_through_the_cluster(method, client, files
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mem = make_estimator(method, **params).fit(answers)
-        dist = fit_on_cluster(make_estimator(method, **params), answers, client.scheduler.address)
+        dist = fit_on_cluster(
+            make_estimator(method, **params),
+            answers,
+            client.scheduler.address,
+            security=client.security,
+        )
     assert list(dist.probas_.columns) == [0, 1, 2]
     assert dist.truths_.equals(mem.truths_)
     np.testing.assert_allclose(dist.probas_, mem.probas_, atol=1e-9)
@@ -721,6 +748,7 @@ def test_a_served_campaign_is_aggregated_on_the_cluster(client, tmp_path, monkey
         requester_token=token,
         dask_scheduler=client.scheduler.address,
         dask_dir=str(tmp_path),
+        dask_security=client.security,
     )
     body = {
         "name": "smiles",
@@ -774,3 +802,355 @@ def test_a_served_campaign_is_aggregated_on_the_cluster(client, tmp_path, monkey
     assert mem.probas_.shape[1] == 3  # the campaign's domain, "maybe" included
     assert result["truths"] == {str(k): str(v) for k, v in expected.items()}
     app.state.engine.dispose()
+
+
+# ---------------------------------------------------------------------- strangers and stalls
+@contextlib.contextmanager
+def _silent_scheduler():
+    """A TCP port on 127.0.0.1 that accepts every connection and never sends a byte."""
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def _stranger_refused(address, **connection_args):
+    """Whether a Dask handshake with ``address`` fails: without it, no request of any kind
+    (running code, reading data) reaches the server. Bounded by its own deadline."""
+    import asyncio
+
+    from distributed.comm import connect as comm_connect
+
+    async def attempt():
+        comm = await asyncio.wait_for(comm_connect(address, timeout=5, **connection_args), 15)
+        try:  # the handshake is through: ask the server to identify itself
+            await comm.write({"op": "identity", "reply": True})
+            await asyncio.wait_for(comm.read(), 10)
+        finally:
+            await comm.close()
+
+    try:
+        asyncio.run(attempt())
+    except Exception:  # noqa: BLE001 - any failure to talk is a refusal
+        return True
+    return False
+
+
+def _listening_addresses(cl):
+    """The scheduler's, every worker's and every nanny's address."""
+    info = cl.scheduler_info(n_workers=-1)
+    workers = info["workers"]
+    return [cl.scheduler.address, *workers, *(w["nanny"] for w in workers.values() if w["nanny"])]
+
+
+def _strangers(address):
+    """A stranger's ways in: the address as given and as tcp:// without credentials, TLS
+    without a certificate, TLS with a certificate of its own making."""
+    import ssl
+
+    from distributed.security import Security
+
+    plain = address.replace("tls://", "tcp://")
+    bare = ssl.create_default_context()
+    bare.check_hostname, bare.verify_mode = False, ssl.CERT_NONE
+    own = Security.temporary().get_connection_args("client")
+    return {
+        "tcp, no credentials": (plain, {}),
+        "tls, no certificate": (address, {"ssl_context": bare}),
+        "tls, own certificate": (address, own),
+    }
+
+
+def test_the_local_cluster_refuses_a_stranger_on_every_port(client):
+    """Another local process that reaches the loopback ports of the cluster `--engine dask`
+    starts cannot talk to its scheduler, workers or nannies; privtd's own client can."""
+    addresses = _listening_addresses(client)
+    assert len(addresses) == 5  # a scheduler, two workers, two nannies
+    for address in addresses:
+        assert address.startswith("tls://127.0.0.1:")
+        for way, (target, args) in _strangers(address).items():
+            assert _stranger_refused(target, **args), (address, way)
+    # The same probe with the cluster's own credentials goes through: the refusals are the
+    # certificate's doing.
+    own = client.security.get_connection_args("client")
+    assert not _stranger_refused(client.scheduler.address, **own)
+
+
+def test_a_tls_cluster_of_privtd_certificates_refuses_a_stranger(remote):
+    import distributed
+
+    address, security = remote
+    with connect(scheduler=address, security=security) as cl:
+        addresses = _listening_addresses(cl)
+    for target in addresses:
+        for way, (aim, args) in _strangers(target).items():
+            assert _stranger_refused(aim, **args), (target, way)
+    # As a Dask client, too: no code runs.
+    with pytest.raises(Exception):  # noqa: B017, PT011 - refused, whatever the error
+        with distributed.Client(address, timeout="3s", set_as_default=False) as cl:
+            cl.run(os.getpid)
+    assert not _stranger_refused(address, **security.get_connection_args("client"))
+
+
+def test_a_plain_tcp_scheduler_is_refused_without_the_flag(files, tmp_path, capsys):
+    from privtd.inference.distributed import check_scheduler
+
+    with pytest.raises(ValidationError, match="anyone who can reach this address runs code"):
+        with connect(scheduler="tcp://127.0.0.1:8786"):
+            pass
+    with pytest.raises(ValidationError, match="plain TCP"):
+        check_scheduler("127.0.0.1:8786")  # Dask's default scheme is tcp
+    with pytest.raises(ValidationError, match="tls://"):
+        check_scheduler("ws://127.0.0.1:8786", allow_plain_tcp=True)
+    out = tmp_path / "t.csv"
+    args = ["infer", str(files["cat"]), "-m", "mv", "-o", str(out), "--engine", "dask"]
+    code, _, err = run([*args, "--scheduler", "tcp://127.0.0.1:8786"], capsys)
+    assert code == 2 and "--allow-plain-tcp" in err and not out.exists()
+    assert len(err.strip().splitlines()) == 1
+    code, out_text, _ = run(["infer", "--help"], capsys)
+    help_text = " ".join(out_text.split())
+    assert "anyone who can reach this address runs code here" in help_text
+    code, out_text, _ = run(["serve", "--help"], capsys)
+    assert "anyone who can reach this address runs code here" in " ".join(out_text.split())
+    # The service refuses it at start-up, before it touches the database.
+    pytest.importorskip("fastapi")
+    from privtd.service import create_app
+
+    with pytest.raises(ValidationError, match="plain TCP"):
+        create_app(f"sqlite:///{tmp_path / 's.db'}", dask_scheduler="tcp://127.0.0.1:8786")
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_tls_without_certificates_and_a_bad_file_are_one_line(files, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    args = ["infer", str(files["cat"]), "-m", "mv", "-o", str(out), "--engine", "dask"]
+    code, _, err = run([*args, "--scheduler", "tls://127.0.0.1:8786"], capsys)
+    assert code == 2 and "--tls-ca-file" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run([*args, "--tls-cert", "c.pem"], capsys)
+    assert code == 2 and "go with a --scheduler" in err
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    code, _, err = run(["infer", str(bad), *args[2:], "--workers", "1"], capsys)
+    assert code == 2 and "Cannot read" in err
+    assert err.strip().splitlines() == [err.strip().splitlines()[0]]  # no worker traceback
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_more_workers_than_the_machine_runs_fail_fast(files, tmp_path, capsys):
+    from privtd.inference.distributed import max_workers
+
+    out = tmp_path / "t.csv"
+    args = ["infer", str(files["cat"]), "-m", "mv", "-o", str(out), "--engine", "dask"]
+    start = time.monotonic()
+    code, _, err = run([*args, "--workers", "10000"], capsys)
+    assert time.monotonic() - start < 5  # no cluster was started
+    assert code == 2 and f"--workers {max_workers()} or fewer" in err and "core" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert 1 <= max_workers() <= 2 * (os.cpu_count() or 1)
+
+
+def test_a_silent_scheduler_is_a_one_line_error_within_the_connect_timeout(files, certs, tmp_path):
+    """A scheduler that accepts and never answers: `privtd infer` stops within the connect
+    timeout (3 s) with one line, over tcp:// (Dask's handshake read had no deadline) and
+    over tls:// (the TLS handshake). Run as a command, so that a hang fails the test."""
+    from privtd.inference.distributed import CONNECT_TIMEOUT
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "t.csv"
+    with _silent_scheduler() as port:
+        for scheme, extra in (("tcp", ["--allow-plain-tcp"]), ("tls", _tls_args(certs, "client"))):
+            # The heavy imports first: the clock inside measures the command's own work.
+            command = [
+                sys.executable,
+                "-c",
+                "import sys, time, distributed, pandas, privtd.cli.infer\n"
+                "import privtd.inference.distributed\n"
+                "from privtd.cli import main\n"
+                "t = time.monotonic()\n"
+                "try: main(sys.argv[1:])\n"
+                "finally: print(f'elapsed {time.monotonic() - t:.2f}', file=sys.stderr)",
+            ]
+            args = ["infer", str(files["cat"]), "-m", "mv", "-o", str(out), "--engine", "dask"]
+            args += ["--scheduler", f"{scheme}://127.0.0.1:{port}", *extra]
+            done = subprocess.run(
+                command + args, env=env, capture_output=True, text=True, timeout=120
+            )
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode == 2, done.stderr
+            assert len(lines) == 2 and "Cannot reach the Dask scheduler" in lines[0], lines
+            # Inside the command (after Python's start-up), the connect timeout plus the
+            # closing of the half-made client, with room for a loaded machine.
+            assert float(lines[1].split()[1]) < 3 * CONNECT_TIMEOUT + 5, lines
+            assert not out.exists()
+
+
+def test_a_stalled_step_ends_the_fit_with_one_line(client, monkeypatch):
+    from privtd.errors import PrivtdError
+    from privtd.inference.distributed._cluster import gather
+
+    monkeypatch.setattr(client, "pass_timeout", 0.5)
+    start = time.monotonic()
+    with pytest.raises(PrivtdError, match="within 0.5 s") as info:
+        gather(client, [client.submit(time.sleep, 5, pure=False)])
+    assert time.monotonic() - start < 4.5 and "\n" not in str(info.value)
+
+
+def _service_with_two_requesters(tmp_path, **kwargs):
+    from fastapi.testclient import TestClient
+
+    from privtd.service import create_app, requesters
+
+    tokens = ["requester-one-token-for-dask-stall-tests", "requester-two-token-for-dask-stalls"]
+    app = create_app(f"sqlite:///{tmp_path / 's.db'}", requester_token=tokens[0], **kwargs)
+    requesters.ensure(app.state.engine, tokens[1])
+    return app, TestClient(app), [{"Authorization": f"Bearer {t}"} for t in tokens]
+
+
+def _campaign_with_reports(api, auth, method):
+    body = {
+        "name": "stall",
+        "tasks": [{"key": f"t{i}"} for i in range(10)],
+        "mechanism": "one-layer",
+        "epsilon": 2.0,
+        "labels": ["no", "yes"],
+        "budget": 100.0,
+        "method": method,
+    }
+    made = api.post("/campaigns", json=body, headers=auth)
+    assert made.status_code == 201, made.text
+    cid = made.json()["id"]
+    for w in range(3):
+        code = api.post(f"/campaigns/{cid}/codes", json={"count": 1}, headers=auth)
+        enrolled = api.post(
+            f"/campaigns/{cid}/workers", json={"name": f"w{w}", "code": code.json()["codes"][0]}
+        )
+        sent = api.post(
+            f"/campaigns/{cid}/submissions",
+            json={
+                "mechanism": {"name": "one-layer", "params": made.json()["mechanism"]["params"]},
+                "reports": [{"task": f"t{i}", "value": "yes"} for i in range(10)],
+            },
+            headers={
+                "Authorization": f"Bearer {enrolled.json()['token']}",
+                "Idempotency-Key": f"{cid}-{w}",
+            },
+        )
+        assert sent.status_code == 201, sent.text
+    return cid
+
+
+def _wait_run(api, auth, cid, run_id, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        run_ = api.get(f"/campaigns/{cid}/runs/{run_id}", headers=auth).json()
+        if run_["status"] in ("done", "failed") or time.monotonic() > deadline:
+            return run_
+        time.sleep(0.05)
+
+
+def test_a_service_run_on_a_silent_scheduler_fails_fast_and_leaves_no_file(certs, tmp_path):
+    """`privtd serve --dask-scheduler` on a scheduler that accepts and never answers: the run
+    fails within the connect timeout with one line, frees the runner (the requester's next
+    run starts at once) and leaves no reports file behind."""
+    pytest.importorskip("fastapi")
+    from privtd.inference.distributed import CONNECT_TIMEOUT, tls_security
+
+    security = tls_security(certs["ca"][0], *certs["client"])
+    with _silent_scheduler() as port:
+        app, api, auth = _service_with_two_requesters(
+            tmp_path,
+            dask_scheduler=f"tls://127.0.0.1:{port}",
+            dask_dir=str(tmp_path),
+            dask_security=security,
+        )
+        with api:
+            cid = _campaign_with_reports(api, auth[0], "mv")
+            for _ in range(2):  # the second run is not held behind the first
+                start = time.monotonic()
+                run_id = api.post(f"/campaigns/{cid}/runs", headers=auth[0]).json()["run_id"]
+                run_ = _wait_run(api, auth[0], cid, run_id, 60)
+                assert run_["status"] == "failed", run_
+                assert "Cannot reach the Dask scheduler" in run_["error"]
+                assert "\n" not in run_["error"]
+                assert time.monotonic() - start < 3 * CONNECT_TIMEOUT + 5
+                assert not list(tmp_path.glob("privtd-run-*"))
+        app.state.engine.dispose()
+
+
+def test_requesters_runs_never_wait_on_each_others_cluster(tmp_path, monkeypatch):
+    """One requester's cluster run stalls (a cluster that takes its time): another requester's
+    runs, on the cluster and in memory, finish meanwhile."""
+    pytest.importorskip("fastapi")
+    import threading
+
+    from privtd.service import aggregate
+
+    release = threading.Event()
+    real = aggregate.fit_on_cluster
+    stalled: list[str] = []
+
+    def slow_for_the_first(estimator, answers, *args, **kwargs):
+        if not stalled:
+            stalled.append("first")
+            release.wait(60)
+            raise aggregate.PrivtdError("the cluster gave up")
+        return estimator.fit(answers)  # a cluster that answers at once
+
+    monkeypatch.setattr(aggregate, "fit_on_cluster", slow_for_the_first)
+    app, api, auth = _service_with_two_requesters(
+        tmp_path, dask_scheduler="tls://127.0.0.1:8786", dask_security=object()
+    )
+    try:
+        with api:
+            first = _campaign_with_reports(api, auth[0], "mv")
+            on_cluster = _campaign_with_reports(api, auth[1], "mv")
+            in_memory = _campaign_with_reports(api, auth[1], "glad")
+            held = api.post(f"/campaigns/{first}/runs", headers=auth[0]).json()["run_id"]
+            deadline = time.monotonic() + 30
+            while not stalled and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for cid in (on_cluster, in_memory):
+                run_id = api.post(f"/campaigns/{cid}/runs", headers=auth[1]).json()["run_id"]
+                assert _wait_run(api, auth[1], cid, run_id, 60)["status"] == "done"
+            assert _wait_run(api, auth[0], first, held, 0)["status"] == "running"
+            release.set()
+            assert _wait_run(api, auth[0], first, held, 60)["status"] == "failed"
+    finally:
+        release.set()
+        app.state.engine.dispose()
+    assert real is not aggregate.fit_on_cluster
+
+
+def test_cluster_certs_command_writes_private_keys_and_refuses_to_overwrite(tmp_path, capsys):
+    folder = tmp_path / "tls"
+    code, out, err = run(["cluster-certs", str(folder), "--workers", "2"], capsys)
+    assert code == 0, err
+    names = sorted(p.name for p in folder.iterdir())
+    parties = ["client", "scheduler", "worker-1", "worker-2"]
+    assert names == sorted(["ca.pem", *(f"{p}{s}" for p in parties for s in (".pem", "-key.pem"))])
+    for path in folder.iterdir():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0 if path.name.endswith("-key.pem") else mode & 0o022 == 0
+    assert "dask scheduler --protocol tls" in out and "--tls-key" in out
+    code, _, err = run(["cluster-certs", str(folder)], capsys)
+    assert code == 2 and "exists" in err

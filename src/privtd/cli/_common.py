@@ -408,6 +408,7 @@ COMMANDS = {
     "audit": "privacy:audit_cmd",
     "attack": "privacy:attack_cmd",
     "secure-em": "secure:secure_em_cmd",
+    "cluster-certs": "cluster:cluster_certs",
     "reproduce": "reproduce:reproduce",
     "serve": "service:serve",
     "requester": "service:requester",

@@ -170,14 +170,45 @@ _GIVE_MECHANISM = "-M NAME -e EPSILON (or -p KEY=VALUE), or --mechanism-report F
 )
 @click.option(
     "--scheduler",
-    metavar="tcp://HOST:PORT",
-    help="With --engine dask: a running `dask scheduler` (default: a cluster on this machine).",
+    metavar="tls://HOST:PORT",
+    help="With --engine dask: a running `dask scheduler`, reached over TLS with --tls-ca-file, "
+    "--tls-cert and --tls-key (default: a cluster on this machine, over TLS with a certificate "
+    "made for the run). See docs/scale.md.",
+)
+@click.option(
+    "--tls-ca-file",
+    type=click.Path(dir_okay=False),
+    help="With a tls:// --scheduler: the cluster's CA certificate (privtd cluster-certs).",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False),
+    help="With a tls:// --scheduler: this client's certificate, which that CA signed.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False),
+    help="With a tls:// --scheduler: this client's private key.",
+)
+@click.option(
+    "--allow-plain-tcp",
+    is_flag=True,
+    help="Accept a tcp:// --scheduler, with no authentication and no encryption: anyone who "
+    "can reach this address runs code here (on its workers, and in this process through the "
+    "results they return). Only on a network no one else reaches.",
+)
+@click.option(
+    "--pass-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --engine dask: how long one pass of the fit (or one step of reading the files) "
+    "may take before the run stops with an error (default: 600).",
 )
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
     help="With --engine dask and no --scheduler: worker processes to start (default: one per "
-    "core).",
+    "core; at most two per core, within the machine's memory).",
 )
 @click.option(
     "--partitions",
@@ -217,6 +248,11 @@ def infer(
     progress: bool | None,
     engine: str,
     scheduler: str | None,
+    tls_ca_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    allow_plain_tcp: bool,
+    pass_timeout: float | None,
     workers: int | None,
     partitions: int | None,
     memory_limit: str | None,
@@ -359,16 +395,41 @@ def infer(
             )
         read.update(task=task_col or "task", worker=worker_col or "worker")
         read.update(answer=answer_col or "answer")
+        if scheduler is None and (tls_ca_file or tls_cert or tls_key or allow_plain_tcp):
+            raise ValidationError(
+                "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
+                "--scheduler; the cluster started here makes its own certificate."
+            )
+        security = distributed.tls_security(tls_ca_file, tls_cert, tls_key)
+        if scheduler is not None:
+            distributed.check_scheduler(scheduler, security, allow_plain_tcp)
         files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
         client = click.get_current_context().with_resource(
-            distributed.connect(scheduler=scheduler, workers=workers, memory_limit=memory_limit)
+            distributed.connect(
+                scheduler=scheduler,
+                workers=workers,
+                memory_limit=memory_limit,
+                security=security,
+                allow_plain_tcp=allow_plain_tcp,
+                pass_timeout=pass_timeout or distributed.PASS_TIMEOUT,
+            )
         )
         data = distributed.ingest(files, client, partitions=partitions, **read)
     else:
-        if scheduler or workers or partitions or memory_limit:
-            raise ValidationError(
-                "--scheduler, --workers, --partitions and --memory-limit need --engine dask."
-            )
+        dask_only = {
+            "--scheduler": scheduler,
+            "--workers": workers,
+            "--partitions": partitions,
+            "--memory-limit": memory_limit,
+            "--tls-ca-file": tls_ca_file,
+            "--tls-cert": tls_cert,
+            "--tls-key": tls_key,
+            "--allow-plain-tcp": allow_plain_tcp,
+            "--pass-timeout": pass_timeout,
+        }
+        given = [name for name, value in dask_only.items() if value]
+        if given:
+            raise ValidationError(f"{', '.join(given)} need --engine dask.")
         if Path(answers).is_dir():
             raise ValidationError(
                 f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."

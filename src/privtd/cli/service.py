@@ -57,9 +57,37 @@ def _service() -> Any:
 @click.option(
     "--dask-scheduler",
     envvar="PRIVTD_DASK_SCHEDULER",
-    metavar="tcp://HOST:PORT",
+    metavar="tls://HOST:PORT",
     help="Aggregate campaigns on this Dask cluster (env PRIVTD_DASK_SCHEDULER), for the "
-    "methods that run there (docs/scale.md); the others, in this process.",
+    "methods that run there (docs/scale.md); the others, in this process. Reached over TLS "
+    "with --dask-tls-ca-file, --dask-tls-cert and --dask-tls-key.",
+)
+@click.option(
+    "--dask-tls-ca-file",
+    envvar="PRIVTD_DASK_TLS_CA_FILE",
+    type=click.Path(dir_okay=False),
+    help="The Dask cluster's CA certificate (privtd cluster-certs).",
+)
+@click.option(
+    "--dask-tls-cert",
+    envvar="PRIVTD_DASK_TLS_CERT",
+    type=click.Path(dir_okay=False),
+    help="This server's certificate for the Dask cluster, which that CA signed.",
+)
+@click.option(
+    "--dask-tls-key",
+    envvar="PRIVTD_DASK_TLS_KEY",
+    type=click.Path(dir_okay=False),
+    help="This server's private key for the Dask cluster.",
+)
+@click.option(
+    "--dask-allow-plain-tcp",
+    envvar="PRIVTD_DASK_ALLOW_PLAIN_TCP",
+    is_flag=True,
+    help="Accept a tcp:// --dask-scheduler, with no authentication and no encryption: anyone "
+    "who can reach this address runs code here (on its workers, and in this server, which "
+    "holds every campaign, through the results they return). Only on a network no one else "
+    "reaches.",
 )
 @click.option(
     "--dask-dir",
@@ -85,6 +113,10 @@ def serve(
     requester_token: str | None,
     max_epsilon: float,
     dask_scheduler: str | None,
+    dask_tls_ca_file: str | None,
+    dask_tls_cert: str | None,
+    dask_tls_key: str | None,
+    dask_allow_plain_tcp: bool,
     dask_dir: str | None,
     access_log: str,
     no_access_log: bool,
@@ -96,6 +128,18 @@ def serve(
     service = _service()
     import uvicorn
 
+    dask_security = None
+    if dask_scheduler is None:
+        if dask_tls_ca_file or dask_tls_cert or dask_tls_key or dask_allow_plain_tcp:
+            raise ValidationError(
+                "--dask-tls-ca-file, --dask-tls-cert, --dask-tls-key and --dask-allow-plain-tcp "
+                "go with --dask-scheduler."
+            )
+    else:
+        from ..inference.distributed import tls_security
+
+        dask_security = tls_security(dask_tls_ca_file, dask_tls_cert, dask_tls_key)
+
     # Opened first, so a bad --access-log fails before the database is touched.
     handler = None if no_access_log else _open_access_log(access_log)
     try:
@@ -105,6 +149,8 @@ def serve(
             max_epsilon=max_epsilon,
             dask_scheduler=dask_scheduler,
             dask_dir=dask_dir,
+            dask_security=dask_security,
+            dask_allow_plain_tcp=dask_allow_plain_tcp,
         )
         if app.state.new_requester_token:
             click.echo(f"requester token (shown once): {app.state.new_requester_token}", err=True)

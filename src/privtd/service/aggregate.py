@@ -36,21 +36,39 @@ def now() -> datetime:
 
 
 class Runner:
-    """Runs one aggregation at a time per server (a fit uses every core numpy gives it).
+    """Runs one in-memory aggregation at a time per server (a fit uses every core numpy
+    gives it).
 
     With ``dask_scheduler`` (``privtd serve --dask-scheduler``), a campaign whose method runs
-    on a Dask cluster (``privtd.inference.DISTRIBUTED_METHODS``) is fitted there instead: its
-    reports are written as Parquet under ``dask_dir`` (a folder every Dask worker can read;
-    default: the system's temporary folder, enough for workers on this machine), the cluster
-    fits them, the file is removed. Such a run starts afresh (no warm start on a cluster)."""
+    on a Dask cluster (``privtd.inference.DISTRIBUTED_METHODS``) is fitted there instead,
+    reached over TLS with ``dask_security`` (or over plain TCP with ``dask_allow_plain_tcp``):
+    its reports are written as Parquet under ``dask_dir`` (a folder every Dask worker can
+    read; default: the system's temporary folder, enough for workers on this machine), the
+    cluster fits them, the file is removed. Such a run starts afresh (no warm start on a
+    cluster). Cluster runs wait on the network, not on this machine's cores: each requester's
+    go one at a time on a thread of their own, so that neither another requester's runs nor
+    the in-memory ones wait on a slow or stalled cluster; connecting and every pass have a
+    deadline (``privtd.inference.distributed.CONNECT_TIMEOUT``, ``PASS_TIMEOUT``)."""
 
     def __init__(
-        self, engine: sa.Engine, dask_scheduler: str | None = None, dask_dir: str | None = None
+        self,
+        engine: sa.Engine,
+        dask_scheduler: str | None = None,
+        dask_dir: str | None = None,
+        dask_security: Any = None,
+        dask_allow_plain_tcp: bool = False,
     ) -> None:
+        if dask_scheduler is not None:
+            from ..inference.distributed import check_scheduler
+
+            check_scheduler(dask_scheduler, dask_security, dask_allow_plain_tcp)
         self.engine = engine
         self.dask_scheduler = dask_scheduler
         self.dask_dir = dask_dir
+        self.dask_security = dask_security
+        self.dask_allow_plain_tcp = dask_allow_plain_tcp
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privtd-run")
+        self.cluster_pools: dict[str, ThreadPoolExecutor] = {}
         self.lock = threading.Lock()
         self.interrupted = self.fail_interrupted()
 
@@ -89,8 +107,20 @@ class Runner:
                     created_at=now(),
                 )
             )
-        self.pool.submit(self._run, run_id, campaign)
+        self._pool(campaign).submit(self._run, run_id, campaign)
         return run_id
+
+    def _pool(self, campaign: Any) -> ThreadPoolExecutor:
+        """The runner thread of this campaign's run: the requester's own for a cluster run,
+        the shared one for an in-memory fit."""
+        if self.dask_scheduler is None or not on_dask(campaign.method):
+            return self.pool
+        with self.lock:
+            pool = self.cluster_pools.get(campaign.requester_id)
+            if pool is None:
+                pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privtd-cluster-run")
+                self.cluster_pools[campaign.requester_id] = pool
+            return pool
 
     def _previous(self, campaign: Any) -> Any:
         """The newest finished run of this campaign's method that kept its state, or None."""
@@ -143,7 +173,14 @@ class Runner:
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 try:
                     if on_cluster:
-                        fit_on_cluster(estimator, answers, str(self.dask_scheduler), self.dask_dir)
+                        fit_on_cluster(
+                            estimator,
+                            answers,
+                            str(self.dask_scheduler),
+                            self.dask_dir,
+                            security=self.dask_security,
+                            allow_plain_tcp=self.dask_allow_plain_tcp,
+                        )
                     else:
                         estimator.fit(
                             answers, warm_start=None if previous is None else previous.state
@@ -187,13 +224,22 @@ def on_dask(method: str) -> bool:
 
 
 def fit_on_cluster(
-    estimator: Any, answers: Answers, scheduler: str, folder: str | None = None
+    estimator: Any,
+    answers: Answers,
+    scheduler: str,
+    folder: str | None = None,
+    *,
+    security: Any = None,
+    allow_plain_tcp: bool = False,
 ) -> Any:
-    """Fit ``estimator`` on the Dask cluster at ``scheduler`` on the campaign's reports,
-    written to a temporary Parquet file in ``folder`` (every worker must read it) and removed
-    after. Rows go in task order, each task's reports in their order, so that the fit sees the
-    tasks in campaign order; the label domain is the campaign's, labels without reports
-    included. The fitted ``truths_``/``probas_`` cover the tasks with reports only."""
+    """Fit ``estimator`` on the Dask cluster at ``scheduler`` (reached as
+    :func:`privtd.inference.distributed.connect` reaches it, with ``security`` or
+    ``allow_plain_tcp``) on the campaign's reports, written to a temporary Parquet file in
+    ``folder`` (every worker must read it) once the cluster answered, and removed after,
+    whatever the outcome. Rows go in task order, each task's reports in their order, so
+    that the fit sees the tasks in campaign order; the label domain is the campaign's,
+    labels without reports included. The fitted ``truths_``/``probas_`` cover the tasks with
+    reports only."""
     import tempfile
 
     from ..inference.distributed import connect, fit_distributed
@@ -211,17 +257,19 @@ def fit_on_cluster(
         }
     )
     kind = "numeric" if answers.labels is None else "categorical"
-    with tempfile.TemporaryDirectory(prefix="privtd-run-", dir=folder) as tmp:
+    with (
+        connect(scheduler=scheduler, security=security, allow_plain_tcp=allow_plain_tcp) as client,
+        tempfile.TemporaryDirectory(prefix="privtd-run-", dir=folder) as tmp,
+    ):
         path = f"{tmp}/reports.parquet"
         frame.to_parquet(path, index=False)
-        with connect(scheduler=scheduler) as client:
-            return fit_distributed(
-                estimator,
-                path,
-                client=client,
-                kind=kind,
-                labels=None if answers.labels is None else list(answers.labels),
-            )
+        return fit_distributed(
+            estimator,
+            path,
+            client=client,
+            kind=kind,
+            labels=None if answers.labels is None else list(answers.labels),
+        )
 
 
 def load(engine: sa.Engine, campaign: Any) -> tuple[Answers | None, Any]:

@@ -284,15 +284,23 @@ def create_app(
     max_epsilon: float = campaigns.DEFAULT_MAX_EPSILON,
     dask_scheduler: str | None = None,
     dask_dir: str | None = None,
+    dask_security: Any = None,
+    dask_allow_plain_tcp: bool = False,
 ) -> FastAPI:
     """The API on the database at ``url``. ``requester_token``, if given, is registered as a
     requester's (its hash is stored); ``app.state.new_requester_token`` holds a token made
     because the database had no requester yet (``privtd serve`` prints it once).
     ``max_epsilon``: the largest epsilon per answer a campaign may have (refused above).
     ``dask_scheduler``: aggregate campaigns whose method runs on a Dask cluster there, their
-    reports written as Parquet under ``dask_dir`` (see docs/scale.md)."""
+    reports written as Parquet under ``dask_dir``; a ``tls://`` address with ``dask_security``
+    (``privtd.inference.distributed.tls_security``), a ``tcp://`` one only with
+    ``dask_allow_plain_tcp`` (see docs/scale.md)."""
     if not (isinstance(max_epsilon, int | float) and 0 < max_epsilon < math.inf):
         raise PrivtdError(f"max_epsilon must be a positive finite number; got {max_epsilon!r}.")
+    if dask_scheduler is not None:  # refused before the database is touched
+        from ..inference.distributed import check_scheduler
+
+        check_scheduler(dask_scheduler, dask_security, dask_allow_plain_tcp)
     engine = db.connect(url)
     # FastAPI's own /docs and /redoc load Swagger UI and ReDoc from a CDN, blank offline or
     # on a closed network; fastapi-offline serves the same pages with its packaged copies
@@ -306,7 +314,9 @@ def create_app(
     )
     app.state.engine = engine
     app.state.new_requester_token = requesters.ensure(engine, requester_token)
-    app.state.runner = aggregate.Runner(engine, dask_scheduler, dask_dir)
+    app.state.runner = aggregate.Runner(
+        engine, dask_scheduler, dask_dir, dask_security, dask_allow_plain_tcp
+    )
     app.state.max_epsilon = float(max_epsilon)
     app.add_middleware(BodyLimit)
     # Added last, so outermost: it sees every answer, the body limit's 413 included.

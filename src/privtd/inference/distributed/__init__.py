@@ -7,15 +7,27 @@ keeps the answers on the workers as shards, every answer of a task in one shard;
 docs/scale.md.
 """
 
-from ._cluster import connect
+from ._cluster import (
+    CONNECT_TIMEOUT,
+    PASS_TIMEOUT,
+    check_scheduler,
+    connect,
+    max_workers,
+    tls_security,
+)
 from ._fit import DISTRIBUTED_METHODS, fit_distributed
 from ._ingest import DistributedAnswers, ingest, resolve_files
 
 __all__ = [
+    "CONNECT_TIMEOUT",
+    "PASS_TIMEOUT",
     "DISTRIBUTED_METHODS",
     "DistributedAnswers",
+    "check_scheduler",
     "connect",
     "fit_distributed",
     "ingest",
+    "max_workers",
     "resolve_files",
+    "tls_security",
 ]

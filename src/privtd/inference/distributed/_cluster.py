@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from ...errors import PrivtdError, ValidationError
@@ -23,10 +23,125 @@ def require_distributed() -> Any:
     return distributed
 
 
+#: Seconds to reach a scheduler and finish Dask's handshake with it.
+CONNECT_TIMEOUT = 3.0
+
+#: Seconds for the client to reach the LocalCluster it started.
+LOCAL_CONNECT_TIMEOUT = 30.0
+
+#: Seconds one round trip of a fit may take: a pass over every shard, a step of ingest, the
+#: results. A stalled scheduler or worker then ends the fit with an error instead of holding
+#: the process (a service run, a command) forever. At 1e9 answers on 2 cores the slowest
+#: step, one ingest group, took about 3 minutes (docs/scale.md).
+PASS_TIMEOUT = 600.0
+
+#: Memory a worker process of a local cluster takes before holding any answers (Python,
+#: numpy, pandas, Dask): what caps --workers by the machine's memory.
+WORKER_BASE_BYTES = 250_000_000
+
+#: Worker processes per core a local cluster may start: more only share the cores.
+WORKERS_PER_CORE = 2
+
+_PLAIN_TCP_RISK = (
+    "no authentication and no encryption: anyone who can reach this address runs code on its "
+    "workers and, through the results they return, in this process"
+)
+
+
 def default_workers() -> int:
     """One single-threaded worker process per core (at least 1): processes rather than
     threads, so that the numpy kernels, which hold the GIL, still use every core."""
     return max(1, os.cpu_count() or 1)
+
+
+def max_workers() -> int:
+    """The most worker processes a local cluster may start here: two per core, and no more
+    than the machine's memory holds at :data:`WORKER_BASE_BYTES` each."""
+    import psutil  # a dependency of distributed
+
+    by_memory = int(psutil.virtual_memory().total // WORKER_BASE_BYTES)
+    return max(1, min(WORKERS_PER_CORE * default_workers(), by_memory))
+
+
+def tls_security(ca_file: str | None, cert: str | None, key: str | None) -> Any:
+    """A ``distributed.security.Security`` for a client of a ``tls://`` cluster: the
+    cluster's CA certificate, and this party's certificate and private key (PEM files, as
+    ``privtd cluster-certs`` writes them); None when none of the three is given. Every
+    connection is then encrypted, and both ends must hold a certificate the CA signed."""
+    given = {"CA certificate": ca_file, "certificate": cert, "key": key}
+    if all(v is None for v in given.values()):
+        return None
+    if any(v is None for v in given.values()):
+        raise ValidationError(
+            "A tls:// cluster takes three files: its CA certificate, this client's certificate "
+            "and its key (CLI: --tls-ca-file, --tls-cert, --tls-key). Pass all three."
+        )
+    dist = require_distributed()
+    for name, path in given.items():
+        assert path is not None
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise ValidationError(
+                f"Cannot read the cluster's {name} {path!r}. Check the path (privtd "
+                "cluster-certs makes these files)."
+            )
+    return dist.security.Security(
+        tls_ca_file=ca_file,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        require_encryption=True,
+    )
+
+
+def check_scheduler(address: str, security: Any = None, allow_plain_tcp: bool = False) -> None:
+    """Refuse a scheduler address privtd would reach without authentication: ``tls://`` needs
+    ``security``; plain ``tcp://`` (Dask's default for an address without a scheme) needs
+    ``allow_plain_tcp``, and any other scheme is refused."""
+    scheme = address.split("://", 1)[0].lower() if "://" in address else "tcp"
+    if scheme == "tls":
+        if security is None:
+            raise ValidationError(
+                f"The scheduler {address!r} is tls:// and no certificates were given. Pass the "
+                "cluster's CA certificate, this client's certificate and key (CLI: "
+                "--tls-ca-file, --tls-cert, --tls-key; privtd cluster-certs makes them)."
+            )
+        return
+    if scheme != "tcp":
+        raise ValidationError(
+            f"The scheduler {address!r} uses {scheme}://; privtd connects over tls:// (or, "
+            "allowed explicitly, tcp://). Give a tls://HOST:PORT address."
+        )
+    if not allow_plain_tcp:
+        raise ValidationError(
+            f"The scheduler {address!r} is plain TCP, with {_PLAIN_TCP_RISK}. Run the cluster "
+            "over tls:// with certificates (privtd cluster-certs; docs/scale.md), or, on a "
+            "network no one else reaches, allow it (CLI: --allow-plain-tcp)."
+        )
+    if security is not None:
+        raise ValidationError(
+            f"Certificates were given for the plain-TCP scheduler {address!r}, which would not "
+            "use them. Give its tls:// address."
+        )
+
+
+def _client_class(dist: Any, pass_timeout: float) -> Any:
+    """``distributed.Client`` with a deadline on its start, carrying the fit's pass timeout."""
+
+    class Client(dist.Client):
+        def start(self, **kwargs: Any) -> None:
+            # Dask bounds opening the connection but not the handshake read after it: a
+            # server that accepts and never answers held the client for good. Its start
+            # passes keyword arguments on to ``sync``, whose callback_timeout cancels the
+            # whole start at the deadline.
+            try:
+                super().start(callback_timeout=self._timeout, **kwargs)
+            except BaseException:
+                # Closed here, at once: left to the garbage collector, a client that never
+                # started waits out its close and prints a traceback from ``__del__``.
+                _close(self)
+                raise
+
+    Client.pass_timeout = pass_timeout
+    return Client
 
 
 @contextmanager
@@ -35,17 +150,29 @@ def connect(
     workers: int | None = None,
     client: Any = None,
     memory_limit: str | int | None = None,
+    *,
+    security: Any = None,
+    allow_plain_tcp: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    pass_timeout: float = PASS_TIMEOUT,
 ) -> Iterator[Any]:
     """A ``distributed.Client`` for the duration of a ``with`` block.
+
+    Whoever can connect to a Dask cluster runs code on its workers and, through the results
+    they return (pickles), in every client; so privtd reaches a cluster over TLS with
+    certificates only, unless told otherwise in so many words (docs/scale.md, "Who may
+    reach the cluster").
 
     Parameters
     ----------
     scheduler : str, optional
-        A running scheduler's address (``tcp://HOST:PORT``, from ``dask scheduler``).
+        A running scheduler's address: ``tls://HOST:PORT`` with ``security``, or
+        ``tcp://HOST:PORT`` with ``allow_plain_tcp``.
     workers : int, optional
         Without a scheduler: the number of worker processes of a LocalCluster started here
-        (one thread each), listening on 127.0.0.1 only and without a dashboard. Default: one
-        per core.
+        (one thread each; at most :func:`max_workers`), listening on 127.0.0.1 only, over TLS
+        with a temporary certificate only this process and its workers hold, without a
+        dashboard. Default: one per core.
     client : distributed.Client, optional
         Use this client as is (it is not closed on exit).
     memory_limit : str or int, optional
@@ -53,67 +180,126 @@ def connect(
         thresholds of it (``distributed.worker.memory.*``: 60% by default) a worker spills
         what it holds to its local disk rather than grow, pauses, and at 95% is restarted.
         Default: Dask's (the machine's memory shared among the workers).
+    security : distributed.security.Security, optional
+        The credentials for a ``tls://`` scheduler (:func:`tls_security`).
+    allow_plain_tcp : bool
+        Accept a ``tcp://`` scheduler: no authentication, no encryption; anyone who can
+        reach its address runs code on the workers and in this process.
+    connect_timeout : float
+        Seconds to reach the scheduler and finish Dask's handshake with it.
+    pass_timeout : float
+        Seconds one pass of a fit (or a step of ingest) may take before the fit stops with
+        an error.
     """
     if client is not None:
         if scheduler is not None or workers is not None or memory_limit is not None:
             raise ValidationError("Pass a client, or a scheduler / worker count, not both.")
         yield client
         return
+    for name, value in (("connect_timeout", connect_timeout), ("pass_timeout", pass_timeout)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValidationError(f"{name} must be a number of seconds > 0. Got {value!r}.")
     dist = require_distributed()
+    client_class = _client_class(dist, float(pass_timeout))
     if scheduler is not None:
         if workers is not None or memory_limit is not None:
             raise ValidationError(
                 "--workers starts a cluster on this machine; a scheduler's cluster has its own "
                 "workers. Pass one of --scheduler and --workers."
             )
+        check_scheduler(scheduler, security, allow_plain_tcp)
         try:
-            remote = dist.Client(scheduler, timeout="3s", set_as_default=False)
-        except (OSError, TimeoutError, ValueError, TypeError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            remote = client_class(
+                scheduler, timeout=connect_timeout, security=security, set_as_default=False
+            )
+        except (OSError, TimeoutError, ValueError, TypeError, dist.TimeoutError) as exc:
+            if isinstance(exc, TimeoutError | dist.TimeoutError):
+                reason = f"no connection and handshake within {connect_timeout:g} s"
+            else:
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else type(exc).__name__
             raise ValidationError(
-                f"Cannot reach the Dask scheduler at {scheduler!r} ({reason}). Check the address "
-                "and that `dask scheduler` runs there, or leave out --scheduler to start a "
-                "cluster on this machine."
+                f"Cannot reach the Dask scheduler at {scheduler!r} ({reason}). Check the "
+                "address, the certificates and that `dask scheduler` runs there, or leave out "
+                "--scheduler to start a cluster on this machine."
             ) from None
         try:
             yield remote
         finally:
-            remote.close()
+            _close(remote)
         return
     n = default_workers() if workers is None else workers
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValidationError(f"The number of workers must be an int >= 1. Got {workers!r}.")
+    cap = max_workers()
+    if n > cap:
+        raise ValidationError(
+            f"{n} workers is more than this machine runs: it has {default_workers()} core(s), "
+            f"each worker is a process of about {WORKER_BASE_BYTES // 10**6} MB before any "
+            f"answers, and more than {WORKERS_PER_CORE} per core only share the cores. Pass "
+            f"--workers {cap} or fewer, or a --scheduler whose cluster has more machines."
+        )
     cluster = dist.LocalCluster(
         n_workers=n,
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
+        # TLS with a certificate made for this cluster, held by this process and its workers
+        # only: another local process that reaches the loopback ports is refused.
+        security=True,
         dashboard_address=None,
         # No dashboard; the scheduler's small HTTP server (health, metrics) still runs, on a
         # free loopback port rather than 8787, which another cluster may hold.
         scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-        silence_logs=logging.ERROR,
+        # A task's error comes back to the client as one line; the workers' own log of it
+        # (with its traceback) would only repeat it on this terminal.
+        silence_logs=logging.CRITICAL,
         memory_limit="auto" if memory_limit is None else memory_limit,
     )
-    local = dist.Client(cluster, set_as_default=False)
+    try:
+        # Its own scheduler, already started: only a loaded machine makes this slow.
+        local = client_class(
+            cluster,
+            timeout=max(connect_timeout, LOCAL_CONNECT_TIMEOUT),
+            security=cluster.security,
+            set_as_default=False,
+        )
+    except BaseException:
+        cluster.close()
+        raise
     try:
         yield local
     finally:
-        local.close()
+        _close(local)
         cluster.close()
 
 
+def _close(client: Any) -> None:
+    """Close a client without waiting long on a scheduler that stopped answering."""
+    with suppress(Exception):  # the fit's own outcome is what the caller reports
+        client.close(timeout=CONNECT_TIMEOUT)
+
+
 def gather(client: Any, futures: list[Any]) -> list[Any]:
-    """``client.gather``, with a lost worker that Dask could not make up for reported in one
-    line. Dask recomputes a lost shard and the passes it held from their lineage (files, then
-    passes, all kept as task definitions); when that fails too (every worker lost, or a task
-    that killed its worker again and again), the fit stops rather than hang or return a
-    partial result."""
+    """``client.gather`` within the client's pass timeout, with a lost worker that Dask could
+    not make up for reported in one line. Dask recomputes a lost shard and the passes it held
+    from their lineage (files, then passes, all kept as task definitions); when that fails too
+    (every worker lost, or a task that killed its worker again and again), the fit stops
+    rather than hang or return a partial result. So does a step that outlasts the timeout (a
+    scheduler or worker that stopped answering)."""
+    timeout = float(getattr(client, "pass_timeout", PASS_TIMEOUT))
     try:
-        return list(client.gather(futures))
+        # Client.gather takes no timeout: this is its call, with sync's deadline.
+        return list(client.sync(client._gather, futures, callback_timeout=timeout))
     except PrivtdError:
         raise
     except Exception as exc:
+        if isinstance(exc, TimeoutError):
+            raise PrivtdError(
+                f"The Dask cluster did not finish a step of the fit within {timeout:g} s: its "
+                "scheduler or a worker stopped answering, or the step needs longer. Check the "
+                "cluster, or allow more time (pass_timeout; CLI: --pass-timeout)."
+            ) from None
         if not (
             isinstance(exc, CancelledError | OSError)
             or type(exc).__name__ in ("KilledWorker", "CommClosedError")

@@ -225,7 +225,7 @@ def ingest(
             )
         domain = declared
     n_parts = partitions or max(
-        sum(client.nthreads().values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
+        sum(_nthreads(client).values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
     )
     offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
     shared = submit(_shard.const, (workers, domain), pure=False)
@@ -297,6 +297,21 @@ def ingest(
         files=files,
         notes=tuple(notes),
     )
+
+
+def _nthreads(client: Any) -> dict[str, int]:
+    """The cluster's threads per worker, asked of the scheduler within the pass timeout."""
+    from ._cluster import PASS_TIMEOUT
+
+    timeout = float(getattr(client, "pass_timeout", PASS_TIMEOUT))
+    try:
+        # Client.nthreads passes keyword arguments on to sync: a deadline for the call.
+        return dict(client.nthreads(callback_timeout=timeout))
+    except TimeoutError:
+        raise ValidationError(
+            f"The Dask scheduler did not say within {timeout:g} s how many workers it has. "
+            "Check the cluster, or allow more time (pass_timeout; CLI: --pass-timeout)."
+        ) from None
 
 
 def _groups(n_parts: int, n_answers: int, group_answers: int) -> list[tuple[int, int]]:
