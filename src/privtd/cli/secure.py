@@ -145,7 +145,7 @@ def secure_em_cmd(
     With masking every worker checks each round's sums (one tagged masked contribution from
     every participant, added by itself) and computes the kept tasks and the posteriors itself:
     a requester that sends crafted posteriors, or alters a sum, is refused. No worker sends its
-    time; per-worker times are measured by the simulation (empty with --processes).
+    time; per-worker times are measured by the simulation (nan with --processes).
 
     Not protected (docs/secure.md, "Known limits"): two tasks whose answerers differ by one
     worker give the requester that worker's terms from the difference of their sums, whatever

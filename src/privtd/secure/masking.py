@@ -181,7 +181,7 @@ class MaskingWorker:
                 masked += mask
             else:
                 masked -= mask
-        digest = hashlib.sha256(memoryview(masked.astype("<u8", copy=False))).digest()
+        digest = hashlib.sha256(masked.astype("<u8", copy=False).data).digest()
         self._last = (phase, round_, attempt, tuple(participants), context, digest)
         covered = self._covered(*self._last)
         # One tag for every participant, in their sorted order (none for itself).
@@ -243,9 +243,7 @@ class MaskingWorker:
             )
         me = order.index(self.worker_id)
         for row, owner in enumerate(order):
-            digest = hashlib.sha256(
-                memoryview(np.ascontiguousarray(masked[row], dtype="<u8"))
-            ).digest()
+            digest = hashlib.sha256(np.ascontiguousarray(masked[row], dtype="<u8").data).digest()
             if owner == self.worker_id:
                 if digest != own:
                     raise ProtocolError("This worker's own contribution was forwarded altered.")
