@@ -3,6 +3,7 @@
     python benchmarks/bench_secure.py duchenne             # masking: in-process and processes
     python benchmarks/bench_secure.py paillier --iters 1   # Paillier, 2048-bit, per iteration
     python benchmarks/bench_secure.py scale                # masking, synthetic, 16..1024 workers
+    PYTHONPATH=/work/main/src python benchmarks/bench_secure.py scale   # another tree, same table
     python benchmarks/bench_secure.py scale --backend paillier --workers 16 32 64 --tasks 1000
     python benchmarks/bench_secure.py fraction-bits        # accuracy against fixed-point bits
     python benchmarks/bench_secure.py paillier-full --key-bits 1024   # to convergence (a key
@@ -11,6 +12,9 @@
 Targets (issue 4): Duchenne to convergence with masking within 30 s in-process and 60 s with one
 process per party, on the 2-core reference machine. Paillier's cost is measured, not targeted.
 Per-iteration figures are means over the EM rounds (the start round is reported apart).
+With masking, every EM round's request carries the last round's masked contributions of all
+``J`` workers and their tags, which each worker checks and adds itself (docs/secure.md,
+"Cost"): ``one_worker_receives_MB`` is that request.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def scale(args: argparse.Namespace) -> None:
     print(f"{args.backend}: per EM iteration, {args.iters} iterations each, answers_per_task=5")
     print(
         "workers    tasks   wall_s  worker_s_max  worker_s_sum  requester_s  "
-        "requester_MB  workers_MB"
+        "requester_MB  workers_MB  one_worker_receives_MB"
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
@@ -121,7 +125,8 @@ def scale(args: argparse.Namespace) -> None:
                 f"{em.worker_seconds_max.mean():13.4f} "
                 f"{em.worker_seconds_total.mean():13.3f} {em.requester_seconds.mean():12.4f} "
                 f"{em.requester_bytes_sent.mean() / 1e6:13.3f} "
-                f"{em.worker_bytes_sent.mean() / 1e6:11.3f}",
+                f"{em.worker_bytes_sent.mean() / 1e6:11.3f} "
+                f"{em.requester_bytes_sent.mean() / n_workers / 1e6:23.3f}",
                 flush=True,
             )
 

@@ -217,10 +217,11 @@ def run_recorded(
 def test_masked_contributions_are_uniform_and_hide_labels(duchenne: privtd.Answers) -> None:
     answers = first_tasks(duchenne, 300)
     transport, workers = run_recorded(answers, "masking", max_iter=3)
-    fields = {k for _, m in transport.seen for k in m} - {"type", "seconds", "round", "attempt"}
+    fields = {k for _, m in transport.seen for k in m} - {"type", "round", "attempt"}
     # All the requester ever receives: public keys (the masking key is the worker's long-term
-    # identity), each worker's fresh nonce, and masked vectors.
-    assert fields == {"public_key", "identity", "nonce", "masked"}
+    # identity), each worker's fresh nonce, masked vectors and their tags (HMACs under pair
+    # keys, for the other workers to verify). No time, nor any other number of the worker's.
+    assert fields == {"public_key", "identity", "nonce", "masked", "tags"}
     masked = [(w, m["masked"]) for w, m in transport.seen if m["type"] == "contribution"]
     # The count round, the start round and three EM rounds.
     assert len(masked) == 5 * len(workers)
@@ -249,7 +250,7 @@ def test_paillier_requester_sees_only_ciphertexts_and_blinded_sums(
     transport, workers = run_recorded(answers, "paillier", max_iter=1, **SHORT)
     holder = next(w for w in workers if w._sum is not None and w._sum._private is not None)  # noqa: SLF001
     public = holder._sum._public  # type: ignore[union-attr]  # noqa: SLF001
-    fields = {k for _, m in transport.seen for k in m} - {"type", "seconds", "round", "attempt"}
+    fields = {k for _, m in transport.seen for k in m} - {"type", "round", "attempt"}
     # Public keys (Paillier's; each worker's long-term identity), ciphertexts, blinded sums.
     assert fields == {"paillier_n", "identity", "ciphertexts", "plaintexts"}
     for _, message in transport.seen:

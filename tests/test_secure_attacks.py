@@ -592,3 +592,114 @@ def test_split_kept_list_gets_no_contribution() -> None:
     out = attack_split_state.attack_keep(answers)
     assert out["refused"] and "already set" in out["refused"]
     assert out["changed"] == 0
+
+
+def test_a_crafted_broadcast_state_is_refused() -> None:
+    # attack_crafted_state: a requester that sends every worker the same crafted posteriors
+    # (1 at a task with one 1-vote, 0 elsewhere) read that voter's whole answer vector per round:
+    # on this crowd 11 of 12 workers, 926 labels, 1.000 right, and the run finished normally.
+    # Masking workers now compute every state themselves from sums they verify, and refuse one
+    # sent to them.
+    import attack_crafted_state
+
+    answers, _ = binary_crowd(12, 300, 0.3, np.random.default_rng(0))
+    out = attack_crafted_state.attack(answers, mode="state")
+    assert out["workers_read"] == 0 and out["labels"] == 0
+    assert not out["finished"]
+    assert out["refused"] and "computes on no state it cannot check" in out["refused"]
+
+
+def test_forged_sums_are_refused() -> None:
+    # The same attack through the sums the workers verify: the requester alters one forwarded
+    # contribution so that the sums give its crafted state. The contribution no longer carries
+    # its sender's tag for the round, and every worker refuses.
+    import attack_crafted_state
+
+    answers, _ = binary_crowd(12, 300, 0.3, np.random.default_rng(0))
+    out = attack_crafted_state.attack(answers, mode="forge")
+    assert out["workers_read"] == 0 and not out["finished"]
+    assert out["refused"] and "does not carry its tag" in out["refused"]
+
+
+def test_forwarded_contributions_must_be_one_per_participant() -> None:
+    # Leaving a participant's vector out, repeating one, or relaying them in another order is
+    # refused before any sum is computed.
+    from secure_common import RecordingRequester
+
+    from privtd.secure import InProcessTransport, Worker, split_by_worker
+
+    answers, _ = binary_crowd(6, 60, 0.6, np.random.default_rng(2))
+    held = split_by_worker(answers)
+
+    def tampered(change: str) -> str:
+        class Tampering(RecordingRequester):
+            def _shared(self, **computed: np.ndarray) -> messages.Message:
+                fields = dict(super()._shared(**computed))
+                masked = np.array(fields["forward_masked"])
+                tagged = np.array(fields["forward_tags"])
+                if change == "omit":
+                    masked, tagged = masked[1:], tagged[1:]
+                elif change == "repeat":
+                    masked[1], tagged[1] = masked[0], tagged[0]
+                else:
+                    masked, tagged = masked[::-1], tagged[::-1]
+                return {"forward_masked": masked, "forward_tags": tagged}
+
+        workers = [Worker(w, t, v) for w, (t, v) in held.items()]
+        spec = SecureEM().spec_for(answers)
+        with pytest.raises(ProtocolError) as caught:
+            Tampering(spec, InProcessTransport(workers), "masking", max_iter=2).run()
+        return str(caught.value)
+
+    assert "one each" in tampered("omit")
+    assert "does not carry its tag" in tampered("repeat")
+    assert "own contribution was forwarded altered" in tampered("reverse")
+
+
+def test_workers_refuse_min_answers_under_their_floor() -> None:
+    # A requester that lowered min_answers to 1 after construction kept every single-answer
+    # task and read each lone label from the start sums (148 of 148, 1.000). Each worker now
+    # refuses a run under its own floor (default 3), before anything depends on its answers.
+    import attack_sybil
+
+    out = attack_sybil.lowered(attack_sybil.scenario())
+    assert out["read"] == 0
+    assert isinstance(out["error"], ProtocolError)
+    assert "refuses a run with min_answers=1" in str(out["error"])
+    # A worker's floor is its own: one that accepts 2 takes part in a run of 2.
+    from privtd.secure import Worker
+
+    with pytest.raises(ValidationError, match="at least 2"):
+        Worker(0, np.array([0]), np.array([1]), min_answers=1)
+
+
+def test_no_timing_leaves_a_worker() -> None:
+    # Each worker used to send its own CPU time with every reply (its rank correlation with the
+    # worker's number of answers was 0.22-0.75). No reply carries a number of the worker's now:
+    # every field is a key, a nonce, a masked vector or its tags.
+    from privtd.secure import InProcessTransport, Requester, Worker, split_by_worker
+
+    answers, _ = binary_crowd(8, 200, 0.4, np.random.default_rng(1))
+    seen: list[messages.Message] = []
+
+    class Listening(InProcessTransport):
+        def call(self, requests: dict[int, bytes]) -> dict[int, bytes | None]:
+            replies = super().call(requests)
+            seen.extend(messages.decode(f) for f in replies.values() if f is not None)
+            return replies
+
+    workers = [Worker(w, t, v) for w, (t, v) in split_by_worker(answers).items()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        Requester(SecureEM().spec_for(answers), Listening(workers), max_iter=2).run()
+    fields = {k for m in seen for k in m}
+    assert fields == {
+        "type",
+        "round",
+        "attempt",
+        "public_key",
+        "identity",
+        "nonce",
+        "masked",
+        "tags",
+    }

@@ -80,11 +80,16 @@ class SplitStateRequester(Requester):
                     "state": 1.0 - state if w == self.target and self.mode == "state" else state,
                 }
                 crafted[w] = messages.encode(message)
-            replies = {
-                w: self._reply(w, f, "contribution")
-                for w, f in self.transport.call(crafted).items()
-                if f is not None
-            }
+            try:
+                replies = {
+                    w: self._reply(w, f, "contribution")
+                    for w, f in self.transport.call(crafted).items()
+                    if f is not None
+                }
+            except privtd.errors.ProtocolError as exc:
+                # Workers that compute their posteriors themselves refuse a state sent to them.
+                self.refused = str(exc)
+                return sums
             n_values = self.kept_spec.n_tasks * self.kept_spec.n_sums
             codes = self.aggregator.combine(replies, n_values, self._decrypt)
 
@@ -143,7 +148,15 @@ def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
         requester.run()
-    assert requester.pair is not None and requester.state_seen is not None
+    if requester.pair is None or requester.state_seen is None:
+        return {
+            "refused": requester.refused,
+            "crafted_sum_in_range": False,
+            "answered_right": float("nan"),
+            "distinct_vectors": 0,
+            "labels_right": 0.0,
+            "labels": int(len(held[target][0])),
+        }
     honest, crafted = requester.pair
     # A sum of honest binary contributions lies in [-J max, 0]; a sum whose masks did not
     # cancel is uniform modulo 2^64 and almost surely does not.
@@ -166,6 +179,7 @@ def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[s
     label = dict(zip(np.asarray(tasks).tolist(), np.asarray(values).tolist(), strict=True))
     right = [int(r) == label.get(t, -1) for t, r in zip(rows[answered].tolist(), read, strict=True)]
     return {
+        "refused": None,
         "crafted_sum_in_range": in_range,
         "answered_right": float(np.mean(answered == truth_answered)),
         "distinct_vectors": int(group.max() + 1) if group.size else 0,
@@ -177,6 +191,9 @@ def attack(answers: Any, target: int = 0, at: int = 5, **options: Any) -> dict[s
 def main() -> None:
     answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(0))
     out = attack(answers)
+    if out["refused"]:
+        print(f"every worker refused the crafted round: {out['refused']}")
+        return
     print(
         f"{answers.n_workers} workers, {answers.n_tasks} tasks; crafted round's sum in the "
         f"model's range: {out['crafted_sum_in_range']}; target worker 0: which tasks "

@@ -44,11 +44,17 @@ class CuriousWorker(Worker):
 
     def handle(self, frame: bytes) -> bytes:
         message = messages.decode(frame)
+        reply = super().handle(frame)
         if message.get("type") == "round" and "state" in message:
             self.states.append(np.array(message["state"]))
+        elif message.get("type") == "round" and getattr(self, "_state", None) is not None:
+            # Workers that compute the posteriors themselves (masking) see the same states.
+            if not self.states or not np.array_equal(self.states[-1], self._state):
+                self.states.append(np.array(self._state))
         if message.get("type") == "keep":
-            self.kept = np.array(message["tasks"])
-        return super().handle(frame)
+            kept = message["tasks"] if "tasks" in message else getattr(self, "kept_tasks", None)
+            self.kept = np.array(kept)
+        return reply
 
 
 def attack(answers: Any, curious: int = 0, **options: Any) -> dict[str, float]:

@@ -31,7 +31,10 @@ from ._common import (
     type=click.Choice(["masking", "paillier"]),
     default="masking",
     show_default=True,
-    help="Secure sum: pairwise masks, or Paillier encryption.",
+    help="Secure sum: pairwise masks (workers verify every sum and compute the posteriors "
+    "themselves), or Paillier encryption: SEMI-HONEST REQUESTER ONLY, since workers cannot verify "
+    "its sums and compute on the posteriors it sends: a requester that sends crafted ones reads "
+    "every worker's answers (8 of 8 workers, 1.000 of their labels, docs/secure.md).",
 )
 @click.option("--processes", is_flag=True, help="Run each worker in its own OS process.")
 @click.option(
@@ -69,7 +72,10 @@ from ._common import (
     metavar="K",
     help="Tasks with fewer than K answers (counted by a first secure sum) are left out of every "
     "later sum and get no truth (empty in the output): with one answer a task's sums are that "
-    "worker's own terms. At least 2. The requester learns every task's answer count.",
+    "worker's own terms. At least 2. The requester learns every task's answer count. Each "
+    "worker refuses a K under its own floor (here every simulated worker takes K) and, with "
+    "masking, draws the kept tasks itself from counts it verified. Sybil workers of the "
+    "requester's that answer every task still bring single-answer tasks back.",
 )
 @click.option(
     "--allow-leaky-rerun",
@@ -136,11 +142,20 @@ def secure_em_cmd(
     reveal its answers, and needs --allow-leaky-rerun. With --worker-history, the workers
     themselves refuse such a re-run, whoever starts it.
 
+    With masking every worker checks each round's sums (one tagged masked contribution from
+    every participant, added by itself) and computes the kept tasks and the posteriors itself:
+    a requester that sends crafted posteriors, or alters a sum, is refused. No worker sends its
+    time; per-worker times are measured by the simulation (nan with --processes).
+
     Not protected (docs/secure.md, "Known limits"): two tasks whose answerers differ by one
     worker give the requester that worker's terms from the difference of their sums, whatever
-    --min-answers is; each worker learns from the posteriors whether the others who answered
-    its tasks agreed with it; with --backend paillier a dishonest requester can have one
-    worker's ciphertexts decrypted by the key holder (use masking where that matters).
+    --min-answers is; Sybil workers of the requester's that answer every task bring back every
+    task with one real answer (148 of 148, labels 1.000); each worker learns from the
+    posteriors whether the others who answered its tasks agreed with it; with --backend
+    paillier the requester is trusted to follow the protocol: one that sends crafted
+    posteriors reads every worker's answers (8 of 8 workers, labels 1.000), and one that has a
+    worker's ciphertexts decrypted by the key holder reads that worker's (use masking where
+    that matters).
     """
     from ..answers import Answers
     from ..secure import RoundStats, SecureEM

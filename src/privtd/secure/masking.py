@@ -12,6 +12,16 @@ it for ``u > v``, modulo ``2**64``. Every mask appears once with each sign, so t
 of the masked vectors is the sum of the codes, and each masked vector alone is uniform on
 ``[0, 2**64)`` to anyone who lacks the pair keys.
 
+Verifiable sums: every worker also authenticates its masked vector to every other worker, with
+an HMAC-SHA256 tag under a key derived from their pair key (so the requester, which relays the
+public keys but never learns a pair key, cannot forge a tag), over the session, the round, the
+participants, the request and the vector's SHA-256. The requester forwards every participant's
+masked vector of a round, with the tags, to every worker; each checks that it holds exactly one
+vector from every participant, each bearing that participant's tag for it, and adds them
+itself. The masks cancel only over that full set, so a worker ends with the true sums, from
+which it computes the next posteriors itself (``privtd.secure.parties.Worker``): the requester
+can neither alter a sum nor hand the workers a state of its own.
+
 Drop-outs: a worker that does not answer voids the round, and by default ends the run (a sum
 over fewer workers would reveal the missing one's contribution; ``docs/secure.md``). Where the
 requester is allowed to retry without that worker, it does so under a new attempt number, so
@@ -24,8 +34,10 @@ All primitives come from ``cryptography`` (``pip install 'privtd[secure]'``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
+from hmac import compare_digest as hmac_compare
 from typing import Any
 
 import numpy as np
@@ -34,6 +46,7 @@ from ..errors import ProtocolError
 from . import messages
 
 KEY_BYTES = 32
+TAG_BYTES = 32
 
 
 try:
@@ -72,6 +85,9 @@ class MaskingWorker:
         self._pair_keys: dict[int, bytes] = {}
         self._used: set[tuple[int, int, int]] = set()
         self._session = b""
+        self._tag_keys: dict[int, bytes] = {}
+        #: What this worker last tagged: (phase, round, attempt, participants, context, digest).
+        self._last: tuple[int, int, int, tuple[int, ...], bytes, bytes] | None = None
 
     @property
     def public_key(self) -> bytes:
@@ -119,6 +135,12 @@ class MaskingWorker:
                 salt=salt,
                 info=b"privtd pairwise mask %d %d" % (low, high),
             ).derive(shared)
+            self._tag_keys[int(owner)] = HKDF(
+                algorithm=hashes.SHA256(),
+                length=KEY_BYTES,
+                salt=salt,
+                info=b"privtd contribution tag %d %d" % (low, high),
+            ).derive(shared)
 
     def protect(
         self,
@@ -159,7 +181,85 @@ class MaskingWorker:
                 masked += mask
             else:
                 masked -= mask
-        return {"masked": masked}
+        digest = hashlib.sha256(masked.astype("<u8", copy=False).data).digest()
+        self._last = (phase, round_, attempt, tuple(participants), context, digest)
+        covered = self._covered(*self._last)
+        # One tag for every participant, in their sorted order (none for itself).
+        tags = np.zeros((len(participants), TAG_BYTES), dtype=np.uint8)
+        for row, peer in enumerate(sorted(participants)):
+            if peer != self.worker_id:
+                tags[row] = np.frombuffer(_tag(self._tag_keys[peer], covered), dtype=np.uint8)
+        return {"masked": masked, "tags": tags}
+
+    def _covered(
+        self,
+        phase: int,
+        round_: int,
+        attempt: int,
+        participants: tuple[int, ...],
+        context: bytes,
+        digest: bytes,
+    ) -> bytes:
+        """What a tag covers: the run (session), the round, the participants, the request as
+        the sender received it, and the masked vector's SHA-256."""
+        return b"".join(
+            [
+                b"privtd masked contribution",
+                self._session,
+                struct.pack("<IIII", phase, round_, attempt, len(participants)),
+                np.asarray(participants, dtype="<i8").tobytes(),
+                context,
+                digest,
+            ]
+        )
+
+    def verified_sum(self, message: messages.Message) -> np.ndarray:
+        """The sum of the codes of the round this worker last contributed to, from every
+        participant's masked vector as the requester forwards them, with their tags.
+
+        Refuses unless there is exactly one vector per participant of that round, in the
+        participants' order, each bearing that participant's tag for this worker for this very
+        round and request (checked against this worker's own round context: a participant that
+        received another request tagged another context). Each participant tags one vector per
+        round, so the set, and its sum, is the same for every worker; the masks cancel only
+        over the full set, so a vector left out or replaced makes the sum noise."""
+        if self._last is None:
+            raise ProtocolError("Contributions were forwarded before this worker sent any.")
+        phase, round_, attempt, participants, context, own = self._last
+        masked = messages.field(message, "forward_masked", np.ndarray)
+        tags = messages.field(message, "forward_tags", np.ndarray)
+        order = sorted(participants)
+        n = len(order)
+        if (
+            masked.dtype != np.uint64
+            or masked.ndim != 2
+            or masked.shape[0] != n
+            or tags.dtype != np.uint8
+            or tags.shape != (n, n, TAG_BYTES)
+        ):
+            raise ProtocolError(
+                f"Expected the {n} participants' tagged contributions of round {round_}, one "
+                "each, in the participants' order."
+            )
+        me = order.index(self.worker_id)
+        for row, owner in enumerate(order):
+            digest = hashlib.sha256(np.ascontiguousarray(masked[row], dtype="<u8").data).digest()
+            if owner == self.worker_id:
+                if digest != own:
+                    raise ProtocolError("This worker's own contribution was forwarded altered.")
+                continue
+            expected = _tag(
+                self._tag_keys[owner],
+                self._covered(phase, round_, attempt, participants, context, digest),
+            )
+            if not hmac_compare(expected, tags[row, me].tobytes()):
+                raise ProtocolError(
+                    f"The contribution forwarded for worker {owner} in round {round_} does not "
+                    "carry its tag for this round: the sums cannot be verified, and this "
+                    "worker computes on no state it cannot check."
+                )
+        total: np.ndarray = masked.sum(axis=0, dtype=np.uint64)
+        return total
 
     def _mask(
         self, peer: int, round_: int, attempt: int, phase: int, n: int, context: bytes = b""
@@ -176,6 +276,13 @@ class MaskingWorker:
         nonce = struct.pack("<IIII", 0, round_, attempt, phase)
         stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
         return np.frombuffer(stream.update(_zeros(8 * n)), dtype="<u8")
+
+
+def _tag(key: bytes, data: bytes) -> bytes:
+    mac = hmac.HMAC(key, hashes.SHA256())
+    mac.update(data)
+    tag: bytes = mac.finalize()
+    return tag
 
 
 _ZEROS = bytes(0)
@@ -195,9 +302,8 @@ class MaskingAggregator:
     name = "masking"
 
     def __init__(self) -> None:
-        import os
-
         self.session = os.urandom(16)
+        self._forward: messages.Message = {}
 
     def setup_fields(self, worker: int) -> messages.Message:
         return {"session": self.session}
@@ -221,10 +327,21 @@ class MaskingAggregator:
     def combine(
         self, replies: dict[int, messages.Message], n_values: int, decrypt: Any
     ) -> np.ndarray:
-        total = np.zeros(n_values, dtype=np.uint64)
-        for worker, reply in replies.items():
+        owners = sorted(replies)
+        n = len(owners)
+        masked = np.zeros((n, n_values), dtype=np.uint64)
+        tags = np.zeros((n, n, TAG_BYTES), dtype=np.uint8)
+        for row, worker in enumerate(owners):
             try:
-                total += messages.array(reply, "masked", "uint64", (n_values,))
+                masked[row] = messages.array(replies[worker], "masked", "uint64", (n_values,))
+                tags[row] = messages.array(replies[worker], "tags", "uint8", (n, TAG_BYTES))
             except ProtocolError as exc:
                 raise ProtocolError(f"Worker {worker}: {exc}") from None
+        # Kept for the workers, who check the tags and add the vectors themselves.
+        self._forward = {"forward_masked": masked, "forward_tags": tags}
+        total: np.ndarray = masked.sum(axis=0, dtype=np.uint64)
         return total
+
+    def forward(self) -> messages.Message:
+        """The last combined round's tagged masked vectors, for every worker to verify."""
+        return self._forward

@@ -5,16 +5,21 @@ They share no object and no memory: everything passes as encoded frames
 
 One EM iteration (docs/algorithms.md#secure-protocol):
 
-1. the requester broadcasts the posteriors (the truths, for the real model);
+1. with masking, the requester forwards every worker's masked contribution of the last round,
+   each with its sender's tags, to every worker, which checks the tags, adds them and computes
+   the posteriors (the truths, for the real model) itself; with Paillier, which workers cannot
+   verify, the requester broadcasts the posteriors it computed;
 2. each worker runs its own M-step on its own answers and forms its contribution to every task's
-   sums, encodes it in fixed point and protects it (masks, or encrypts);
+   sums, encodes it in fixed point and protects it (masks and tags, or encrypts);
 3. the requester combines the protected contributions into the sums, and only the sums;
 4. the requester computes the new posteriors and the class prior, and tests for convergence.
 
 Before EM, a first secure sum counts the answers per task; tasks with fewer than
 ``min_answers`` answers are left out of every later sum (their sums would be one or two workers'
-own terms). The start is a secure sum too (votes per task, or answers and counts), so that the
-requester never sees a single answer, even at the start.
+own terms); each worker refuses a ``min_answers`` under its own floor and, with masking, draws
+the list of kept tasks itself from the counts it verified. The start is a secure sum too (votes
+per task, or answers and counts), so that the requester never sees a single answer, even at the
+start.
 
 A worker that drops out ends the run: a sum over fewer workers, set against the earlier sums,
 would reveal the missing worker's contribution (:class:`DropoutError`). Retrying without it
@@ -82,8 +87,17 @@ class Worker:
 
     The worker's own policy: it refuses rounds with fewer than ``min_participants`` workers,
     rounds over another set of workers than at setup (unless ``allow_leaky_rerun``: a sum over
-    fewer workers reveals the missing ones' answers), and Paillier keys under 2048 bits (unless
+    fewer workers reveals the missing ones' answers), a run whose ``min_answers`` is under its
+    own ``min_answers`` (default 3, at least 2), and Paillier keys under 2048 bits (unless
     ``test_only_short_keys``, for tests: such keys can be factored).
+
+    With masking it never computes on a state it cannot check: it verifies every round's sums
+    (one masked vector from every participant, each bearing its sender's tag, added by
+    itself), computes the kept
+    tasks, the start and every posterior from them itself, and refuses a request that carries a
+    state of the requester's. With Paillier it cannot verify the sums and takes the kept tasks'
+    counts and the posteriors the requester broadcasts: that backend is for a semi-honest
+    requester only (docs/secure.md, "Known limits"). No timing or other side value leaves it.
 
     Across runs it keeps ``history``, its own record of the runs it contributed to
     (:class:`~privtd.secure.history.WorkerHistory`: an object, kept by the caller across runs,
@@ -102,6 +116,7 @@ class Worker:
         values: np.ndarray,
         *,
         min_participants: int = 3,
+        min_answers: int = MIN_ANSWERS,
         allow_leaky_rerun: bool = False,
         test_only_short_keys: bool = False,
         history: WorkerHistory | str | os.PathLike[str] | None = None,
@@ -125,6 +140,7 @@ class Worker:
         self._pending: RunRecord | None = None
         self._recorded = False
         self.min_participants = min_participants
+        self.min_answers = check_min_answers(min_answers)
         self.allow_leaky_rerun = allow_leaky_rerun
         self.test_only_short_keys = test_only_short_keys
         self._setup_participants: list[int] = []
@@ -138,20 +154,36 @@ class Worker:
         self._n_parties = 0
         self.result: np.ndarray | None = None
         self._request_digest = b""
+        self._run_digest = b""
         self._keep_digest = b""
+        self._run_min_answers = self.min_answers
+        #: The tasks kept in this run (drawn by the worker itself from the counts).
+        self.kept_tasks: np.ndarray | None = None
+        # With masking: the worker's own half of the requester's model, fed verified sums only.
+        self._aggregate: AggregateModel | None = None
+        self._last_round: tuple[str, int] | None = None  # the last round it contributed to
+        self._last_participants: list[int] = []
+        self._state_round: tuple[str, int] | None = None  # the round ``_state`` is for
+        self._state: np.ndarray | None = None
 
     def handle(self, frame: bytes) -> bytes:
-        # CPU time, not wall time: with one process per worker on few cores, wall time would
-        # count the waits for a core as work.
-        started = time.process_time()
-        # A round's masks are bound to the request as received (masking.MaskingWorker.protect).
-        self._request_digest = hashlib.sha256(frame).digest()
         try:
-            reply = self._dispatch(messages.decode(frame))
+            message = messages.decode(frame)
+            # A round's masks are bound to the request as received (MaskingWorker.protect). The
+            # forwarded contributions are left out of the digest, not to hash them twice: they
+            # are bound by their own tags, which admit one set per round.
+            self._request_digest = hashlib.sha256(
+                messages.encode({k: v for k, v in message.items() if not k.startswith("forward_")})
+            ).digest()
+            reply = self._dispatch(message)
         except (ProtocolError, ValidationError) as exc:
             reply = {"type": "error", "reason": str(exc)}
-        reply["seconds"] = time.process_time() - started
         return messages.encode(reply)
+
+    @property
+    def verifies(self) -> bool:
+        """Whether this worker checks its sums and computes its posteriors itself (masking)."""
+        return isinstance(self._sum, MaskingWorker)
 
     def _dispatch(self, message: messages.Message) -> messages.Message:
         kind = messages.field(message, "type", str)
@@ -163,6 +195,9 @@ class Worker:
             self._pending = None
             self._sum.set_keys(message)
             self._pending = self._check_history(message)
+            # The relayed keys are bound into every later mask: a worker relayed other keys than
+            # the rest gets sums that do not cancel.
+            self._run_digest = hashlib.sha256(self._run_digest + self._request_digest).digest()
             return {"type": "ok"}
         if kind == "keep":
             return self._keep(message)
@@ -172,7 +207,11 @@ class Worker:
             return {"type": "plaintexts", **self._sum.decrypt(message)}
         if kind == "done":
             # A last local M-step: the worker ends knowing its quality under the final posteriors.
-            self.result = np.array(messages.field(message, "state", np.ndarray))
+            if self.verifies:
+                self._refuse_state(message)
+                self.result = self._verified_state("done", message)
+            else:
+                self.result = np.array(self._broadcast_state(message))
             self.model.update(self.result)
             return {"type": "ok"}
         raise ProtocolError(f"Unknown message type {kind!r}.")
@@ -182,6 +221,14 @@ class Worker:
         backend = messages.field(message, "backend", str)
         self._fraction_bits = messages.field(message, "fraction_bits", int)
         self._n_parties = messages.field(message, "n_parties", int)
+        announced = messages.field(message, "min_answers", int)
+        if announced < self.min_answers:
+            raise ProtocolError(
+                f"Worker {self.worker_id} refuses a run with min_answers={announced}: its own "
+                f"floor is {self.min_answers}, and the sums of a task with fewer answers are "
+                "those few workers' own terms."
+            )
+        self._run_min_answers = announced
         if spec.max_abs > fixed_point.value_bound(self._fraction_bits, self._n_parties):
             raise ProtocolError(
                 f"{self._fraction_bits} fraction bits leave too little range for "
@@ -196,6 +243,11 @@ class Worker:
         self._pending = None
         self._recorded = False
         self._keep_digest = b""
+        self._aggregate = None
+        self._last_round = self._state_round = None
+        self._state = None
+        # The whole public description, as this worker received it, is bound into every mask.
+        self._run_digest = self._request_digest
         if backend == "masking":
             self._sum = MaskingWorker(
                 self.worker_id, self.min_participants, private_key=self.history.key
@@ -243,17 +295,21 @@ class Worker:
                 "The kept tasks were already set; a second list would let the requester "
                 "difference this worker's contributions over two sets of tasks."
             )
-        keep = messages.field(message, "tasks", np.ndarray)
-        if (
-            keep.dtype != np.int64
-            or keep.ndim != 1
-            or keep.size == 0
-            or keep.min() < 0
-            or keep.max() >= spec.n_tasks
-            or (np.diff(keep) <= 0).any()
-        ):
+        if self._last_round != ("count", 0):
+            raise ProtocolError("The kept tasks came before this worker's count contribution.")
+        if self.verifies:
+            self._refuse_state(message)
+            counts = self._verified_sums(message, spec.n_tasks, 1)[:, 0]
+        else:
+            counts = messages.array(message, "counts", "int64", (spec.n_tasks,)).astype(float)
+        AggregateModel._check(counts, 0.0, float(self._n_parties), "count")  # noqa: SLF001
+        if not np.allclose(counts, np.rint(counts)):
+            raise ProtocolError("The answer counts summed to non-integers; the run stops.")
+        # The worker draws the list itself, from the counts and the min_answers it accepted.
+        keep = np.flatnonzero(np.rint(counts) >= self._run_min_answers).astype(np.int64)
+        if keep.size == 0:
             raise ProtocolError(
-                f"The kept tasks must be increasing task codes in [0, {spec.n_tasks})."
+                f"No task has at least min_answers={self._run_min_answers} answers."
             )
         position = np.full(spec.n_tasks, -1, dtype=np.int64)
         position[keep] = np.arange(keep.size)
@@ -265,10 +321,54 @@ class Worker:
             allow_empty=True,
         )
         self._kept = True
+        self.kept_tasks = keep
+        self._aggregate = AGGREGATE_MODELS[spec.model](self.model.spec, DEFAULT_TOL[spec.model])
         # Bound into every later round's masks with the round's request: workers told other
-        # kept tasks than the rest get masks that do not cancel.
+        # counts than the rest get masks that do not cancel.
         self._keep_digest = self._request_digest
         return {"type": "ok"}
+
+    def _refuse_state(self, message: messages.Message) -> None:
+        for name in ("state", "counts", "tasks"):
+            if name in message:
+                raise ProtocolError(
+                    f"Worker {self.worker_id} refuses a {name!r} sent by the requester: it "
+                    "computes the kept tasks and the posteriors itself, from sums it verified, "
+                    "and computes on no state it cannot check."
+                )
+
+    def _verified_sums(self, message: messages.Message, n_rows: int, n_cols: int) -> np.ndarray:
+        """The sums of the round this worker last contributed to, verified (masking)."""
+        assert isinstance(self._sum, MaskingWorker)
+        codes = self._sum.verified_sum(message)
+        if codes.size != n_rows * n_cols:
+            raise ProtocolError(
+                f"The forwarded contributions hold {codes.size} values, not {n_rows * n_cols}."
+            )
+        return fixed_point.decode(codes, self._fraction_bits).reshape(n_rows, n_cols)
+
+    def _verified_state(self, phase: str, message: messages.Message) -> np.ndarray:
+        """The posteriors this worker computes itself from the last round's verified sums: the
+        start state after the start round, the next EM state after an EM round."""
+        aggregate, last = self._aggregate, self._last_round
+        if aggregate is None or last is None or last[0] not in ("start", "em"):
+            raise ProtocolError(f"A {phase!r} request came before the start round.")
+        n_parties = len(self._last_participants)
+        sums = self._verified_sums(message, aggregate.spec.n_tasks, aggregate.spec.n_sums)
+        if last[0] == "start":
+            return np.array(aggregate.start(sums, n_parties))
+        aggregate.step(sums, n_parties)
+        return np.array(aggregate.state)
+
+    def _broadcast_state(self, message: messages.Message) -> np.ndarray:
+        """The posteriors as the requester sent them (Paillier: the worker cannot check them)."""
+        assert self.model is not None
+        spec = self.model.spec
+        shape = (spec.n_tasks, spec.n_labels) if spec.model == "multiclass" else (spec.n_tasks,)
+        state = messages.array(message, "state", "float64", shape)
+        if not (np.isfinite(state).all() and state.min() >= 0.0 and state.max() <= 1.0):
+            raise ProtocolError("The broadcast state must be finite and in [0, 1].")
+        return state
 
     def _round(
         self, message: messages.Message, model: LocalModel, secure: MaskingWorker | PaillierWorker
@@ -287,6 +387,8 @@ class Worker:
             )
         if self._pending is None:
             raise ProtocolError("A round came before the workers' keys were relayed.")
+        if self.verifies:
+            self._refuse_state(message)
         if not self._recorded:
             # Recorded (and saved) before the first contribution leaves: a worker that sent
             # something for a run always has that run on record.
@@ -298,15 +400,28 @@ class Worker:
         elif not self._kept:
             raise ProtocolError(f"A {phase!r} round came before the kept tasks were set.")
         elif phase == "start":
+            if self._last_round != ("count", 0) and self._last_round != ("start", 0):
+                raise ProtocolError("The start round comes once, right after the count round.")
             values = model.start()
-        else:
-            spec = model.spec
-            shape = (spec.n_tasks, spec.n_labels) if spec.model == "multiclass" else (spec.n_tasks,)
-            state = messages.array(message, "state", "float64", shape)
-            if not (np.isfinite(state).all() and state.min() >= 0.0 and state.max() <= 1.0):
-                raise ProtocolError("The broadcast state must be finite and in [0, 1].")
+        elif phase == "em":
+            if not self.verifies:
+                state = self._broadcast_state(message)
+            elif self._state_round == ("em", round_):
+                # A retry of this round (allow_leaky_rerun): the same state, already checked.
+                assert self._state is not None
+                state = self._state
+            elif self._last_round in (("start", 0), ("em", round_ - 1)):
+                state = self._verified_state(phase, message)
+            else:
+                raise ProtocolError(
+                    f"EM round {round_} does not follow the last round this worker took part "
+                    f"in, {self._last_round}."
+                )
+            self._state_round, self._state = ("em", round_), state
             model.update(state)
             values = model.contribution()
+        else:
+            raise ProtocolError(f"Unknown round phase {phase!r}.")
         codes = fixed_point.encode(values, self._fraction_bits, model.spec.max_abs * (1 + 1e-12))
         protected = secure.protect(
             codes,
@@ -314,14 +429,22 @@ class Worker:
             attempt,
             participants,
             phase=1 if phase == "count" else 0,
-            context=hashlib.sha256(self._keep_digest + self._request_digest).digest(),
+            context=hashlib.sha256(
+                self._run_digest + self._keep_digest + self._request_digest
+            ).digest(),
         )
+        self._last_round = (phase, round_)
+        self._last_participants = participants
         return {"type": "contribution", "round": round_, "attempt": attempt, **protected}
 
 
 @dataclass
 class RoundStats:
-    """Cost of one round: wall time, each kind of party's compute (CPU) time, bytes each way."""
+    """Cost of one round: wall time, each kind of party's compute (CPU) time, bytes each way.
+
+    No worker reports its time: ``worker_seconds_*`` are measured by an in-process simulation
+    around each simulated worker (:class:`~privtd.secure.transport.InProcessTransport`), and
+    NaN where the workers run elsewhere."""
 
     round: int
     phase: str
@@ -385,7 +508,8 @@ class Requester:
     max_attempts : how often a round is retried after drop-outs (with ``allow_leaky_rerun``).
     min_participants : the fewest workers a round may have.
     min_answers : tasks with fewer answers (counted by a first secure sum) are left out of every
-        later sum, so that no released sum is one worker's own terms; at least 2.
+        later sum, so that no released sum is one worker's own terms; at least 2. Sent to every
+        worker at setup: a worker refuses a run under its own floor.
     allow_leaky_rerun : retry a round without a worker that dropped out, and run over another set
         of workers than an earlier run of ``campaign``. Either releases sums over two sets of
         workers, whose difference reveals the missing workers' answers. Off by default: a
@@ -466,7 +590,6 @@ class Requester:
         self.released_with: set[int] = set()
         self.dropped: list[int] = []
         self.rounds: list[RoundStats] = []
-        self._worker_seconds: list[float] = []
 
     def _name(self, worker: int) -> str:
         return self.worker_names.get(worker, str(worker))
@@ -486,7 +609,7 @@ class Requester:
                 converged = bool(self._timed(partial(model.step, sums, len(self.active))))
                 if converged:
                     break
-            self._broadcast({"type": "done", "state": model.state})
+            self._broadcast({"type": "done", **self._shared(state=model.state)})
         finally:
             self.transport.close()
             if self.campaign is not None and self.released_with:
@@ -534,7 +657,9 @@ class Requester:
                 "min_answers (at least 2)."
             )
         self.kept_spec = replace(self.spec, n_tasks=int(self.kept_tasks.size))
-        self._broadcast({"type": "keep", "tasks": self.kept_tasks})
+        # Each worker draws the same list from the counts: with masking, from the count round's
+        # tagged contributions, which it verifies and adds itself.
+        self._broadcast({"type": "keep", **self._shared(counts=self.counts)})
         return AGGREGATE_MODELS[self.spec.model](self.kept_spec, self.tol)
 
     def _setup(self) -> None:
@@ -548,6 +673,7 @@ class Requester:
                     "fraction_bits": self.fraction_bits,
                     "n_parties": len(self.active),
                     "participants": self.active,
+                    "min_answers": self.min_answers,
                     **self.aggregator.setup_fields(worker),
                 }
             )
@@ -572,6 +698,15 @@ class Requester:
             }
         )
 
+    def _shared(self, **computed: np.ndarray) -> messages.Message:
+        """What the workers compute the next step from: with masking, the last round's tagged
+        masked vectors (each worker verifies and adds them, and computes the counts or the
+        posteriors itself); with Paillier, which they cannot verify, what the requester
+        computed (``computed``)."""
+        if isinstance(self.aggregator, MaskingAggregator):
+            return self.aggregator.forward()
+        return computed
+
     def _broadcast(self, message: messages.Message) -> dict[int, messages.Message]:
         frame = messages.encode(message)
         return self._call({w: frame for w in self.active}, "ok")
@@ -593,8 +728,6 @@ class Requester:
             raise ProtocolError(f"Worker {worker} refused: {reply.get('reason', '?')}")
         if kind != expect:
             raise ProtocolError(f"Worker {worker} replied {kind!r} where {expect!r} was expected.")
-        seconds = reply.get("seconds", 0.0)
-        self._worker_seconds.append(float(seconds) if isinstance(seconds, int | float) else 0.0)
         return reply
 
     def _secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
@@ -605,7 +738,9 @@ class Requester:
         n_values = n_rows * n_cols
         started = time.perf_counter()
         sent, received = self.transport.bytes_sent, self.transport.bytes_received
-        self._worker_seconds = []
+        timed = getattr(self.transport, "worker_seconds", None)
+        if timed is not None:
+            timed.clear()
         for attempt in range(self.max_attempts):
             if len(self.active) < self.min_participants:
                 raise ProtocolError(
@@ -619,8 +754,9 @@ class Requester:
                 "phase": phase,
                 "participants": self.active,
             }
-            if state is not None:
-                message["state"] = state
+            if phase == "em":
+                assert state is not None
+                message.update(self._shared(state=state))
             frame = messages.encode(message)
             raw = self.transport.call({w: frame for w in self.active})
             gone = sorted(w for w, reply in raw.items() if reply is None)
@@ -649,8 +785,8 @@ class Requester:
                     participants=len(self.active),
                     seconds=time.perf_counter() - started,
                     requester_seconds=time.perf_counter() - combine_started,
-                    worker_seconds_max=max(self._worker_seconds, default=0.0),
-                    worker_seconds_total=float(sum(self._worker_seconds)),
+                    worker_seconds_max=max(timed, default=np.nan) if timed else np.nan,
+                    worker_seconds_total=float(sum(timed)) if timed else np.nan,
                     requester_bytes_sent=self.transport.bytes_sent - sent,
                     worker_bytes_sent=self.transport.bytes_received - received,
                 )

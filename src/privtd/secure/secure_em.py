@@ -57,18 +57,28 @@ class SecureEM:
     """Worker-private latent class EM (Kajino et al., DMKD 2014), every party simulated.
 
     The requester sees only secure sums, each task's answer count and the posteriors of every
-    round (docs/secure.md lists what each party learns). Not protected: two tasks whose
-    answerers differ by one worker give the requester that worker's terms from the difference
-    of their sums, whatever ``min_answers`` is; each worker learns from the posteriors whether
-    the others who answered its tasks agreed with it; with ``backend="paillier"`` a dishonest
-    requester can have one worker's ciphertexts decrypted by the key holder.
+    round (docs/secure.md lists what each party learns). With masking, every worker verifies
+    each round's sums itself (one tagged masked contribution from every participant, which it
+    adds) and computes the kept tasks and the posteriors from them: a requester that crafts
+    the posteriors or a sum is refused. No worker sends its time or any other side value.
+
+    Not protected: two tasks whose answerers differ by one worker give the requester that
+    worker's terms from the difference of their sums, whatever ``min_answers`` is; Sybil
+    workers of the requester's that answer every task bring back every task with one real
+    answer (148 of 148 on a sparse crowd, labels 1.000); each worker learns from the
+    posteriors whether the others who answered its tasks agreed with it. With
+    ``backend="paillier"`` the requester must be semi-honest: workers cannot verify its sums
+    and compute on the posteriors it broadcasts, so one that broadcasts crafted posteriors
+    reads every worker's answers (8 of 8 workers, labels 1.000), and one that has a worker's
+    ciphertexts decrypted by the key holder reads that worker's.
 
     Parameters
     ----------
     model : {"auto", "binary", "multiclass", "real"}
         "auto" picks binary for two labels, multiclass for more, real for numeric answers.
     backend : {"masking", "paillier"}
-        The secure sum: pairwise masks (default, fast) or Paillier encryption (P2's choice).
+        The secure sum: pairwise masks (default, fast; workers verify every sum) or Paillier
+        encryption (P2's choice; semi-honest requester only, see above).
     processes : bool
         One OS process per worker, over loopback sockets, instead of objects in this process.
     tol, max_iter
@@ -86,7 +96,9 @@ class SecureEM:
         At least 2, default 3. A first secure sum counts the answers of every task; tasks with
         fewer are left out of every later sum, because their sums would be one or two workers'
         own terms. Their truth is not inferred: NaN in ``truths_`` and ``probas_``, listed in
-        ``too_few_answers_`` ("too few answers to protect"), with a warning.
+        ``too_few_answers_`` ("too few answers to protect"), with a warning. Every simulated
+        worker takes it as its own floor and refuses a run under it (a real
+        :class:`~privtd.secure.Worker` sets its own, default 3).
     allow_leaky_rerun : bool
         Off by default: a worker that drops out ends the run with
         :class:`~privtd.secure.parties.DropoutError`, and no sum over the workers that remain is
@@ -122,7 +134,8 @@ class SecureEM:
     Fitted: ``truths_`` (Series by task id; NaN for the tasks with too few answers),
     ``probas_`` (categorical), ``answer_counts_`` (per task: the requester learns them),
     ``too_few_answers_`` (task ids left out), ``n_iter_``, ``converged_``, ``objective_``,
-    ``rounds_`` (one row per round: time and bytes by party kind), ``dropped_`` (worker ids that
+    ``rounds_`` (one row per round: time and bytes by party kind; the workers' times are the
+    simulation's own measure, NaN with ``processes``), ``dropped_`` (worker ids that
     dropped out; only with ``allow_leaky_rerun``), ``campaign_``, ``run_``.
     """
 
@@ -257,6 +270,7 @@ class SecureEM:
         # sets its own (privtd.secure.Worker).
         policy: dict[str, Any] = {
             "allow_leaky_rerun": self.allow_leaky_rerun,
+            "min_answers": self.min_answers,
             "test_only_short_keys": self.test_only_short_keys,
         }
         campaign = self._campaign()

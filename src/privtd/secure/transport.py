@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,10 @@ _LENGTH = struct.Struct("<Q")
 
 class InProcessTransport(Transport):
     """Calls each worker's ``handle`` in turn. A worker whose ``handle`` raises
-    ``ConnectionError`` counts as dropped out, from then on (tests use this)."""
+    ``ConnectionError`` counts as dropped out, from then on (tests use this).
+
+    As a simulation it times each simulated worker's ``handle`` itself (CPU time, appended to
+    ``worker_seconds``, for cost reports): no worker sends its time."""
 
     def __init__(self, workers: list[Worker]) -> None:
         self._workers = {w.worker_id: w for w in workers}
@@ -34,6 +38,7 @@ class InProcessTransport(Transport):
         self._gone: set[int] = set()
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.worker_seconds: list[float] = []
 
     def call(self, requests: dict[int, bytes]) -> dict[int, bytes | None]:
         replies: dict[int, bytes | None] = {}
@@ -42,12 +47,14 @@ class InProcessTransport(Transport):
             if worker in self._gone:
                 replies[worker] = None
                 continue
+            started = time.process_time()
             try:
                 reply = self._workers[worker].handle(bytes(frame))
             except ConnectionError:
                 self._gone.add(worker)
                 replies[worker] = None
                 continue
+            self.worker_seconds.append(time.process_time() - started)
             self.bytes_received += len(reply) + _LENGTH.size
             replies[worker] = reply
         return replies
