@@ -65,7 +65,7 @@ def read_appen(
     frame = read_text_table(path, delimiter, "Appen")
     task = task or "_unit_id"
     worker = worker or "_worker_id"
-    require_columns(frame, [task, worker], "appen", path)
+    require_columns(frame.columns, [task, worker], "appen", path)
     columns = [str(c) for c in frame.columns]
     if question is None:
         candidates = [c for c in columns if f"{c}_gold" in columns]

@@ -57,7 +57,7 @@ def read_toloka(
     """
     frame = read_text_table(path, "\t", "Toloka")
     worker = worker or "ASSIGNMENT:worker_id"
-    require_columns(frame, [worker], "toloka", path)
+    require_columns(frame.columns, [worker], "toloka", path)
     outputs = [c[len("OUTPUT:") :] for c in frame.columns if str(c).startswith("OUTPUT:")]
     if answer is not None and answer.startswith("OUTPUT:"):
         answer = answer[len("OUTPUT:") :]
@@ -81,13 +81,13 @@ def read_toloka(
             task = "ASSIGNMENT:task_id"
         else:
             inputs = [c for c in frame.columns if str(c).startswith("INPUT:")]
-            require_columns(frame, inputs or ["ASSIGNMENT:task_id"], "toloka", path)
+            require_columns(frame.columns, inputs or ["ASSIGNMENT:task_id"], "toloka", path)
             task_ids = frame[inputs[0]].fillna("")
             for column in inputs[1:]:
                 task_ids = task_ids + "\t" + frame[column].fillna("")
             frame = frame.assign(**{"INPUT:*": task_ids})
             task = "INPUT:*"
-    require_columns(frame, [task], "toloka", path)
+    require_columns(frame.columns, [task], "toloka", path)
     output = f"OUTPUT:{field}"
     frame = drop_rows(frame, frame[output].isna(), notes, f"with an empty {output}")
     frame = drop_rows(frame, frame[task].isna(), notes, f"with an empty {task}")
