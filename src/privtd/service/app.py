@@ -920,6 +920,8 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
     import numpy as np
     import pandas as pd
 
+    from .._csv import to_csv
+
     mech = campaigns.rebuild(campaign.mechanism, campaign.mechanism_params)
     labels = campaign.labels if mech.kind == "categorical" else None
     integral = campaigns.integer_reports(mech)
@@ -989,4 +991,5 @@ def _report_lines(engine: sa.Engine, campaign: Any) -> Iterator[str]:
                     "value": shown,
                 }
             )
-            yield frame.to_csv(index=False, header=False, lineterminator="\n")
+            # Task keys, worker names and labels are escaped against spreadsheet formulas.
+            yield to_csv(frame, index=False, header=False, lineterminator="\n")
