@@ -212,6 +212,29 @@ def test_mturk_many_options_are_read_in_small_memory(tmp_path):
     assert peak_bytes(io.read, path) < 6 * (tmp_path / "wide.csv").stat().st_size
 
 
+@pytest.mark.parametrize(
+    ("head", "row", "sep"),
+    [
+        (
+            ["ASSIGNMENT:task_id", "ASSIGNMENT:worker_id", "OUTPUT:label"],
+            ["t{i}", "w{i}", "y"],
+            "\t",
+        ),
+        (["_unit_id", "_worker_id", "label", "label_gold"], ["u{i}", "w{i}", "y", ""], ","),
+    ],
+)
+def test_toloka_and_appen_keep_only_the_columns_they_use(tmp_path, head, row, sep):
+    # 4,000 input columns beside the few read (each used to become a pandas column).
+    inputs = [f"INPUT:f{j}" if sep == "\t" else f"f{j}" for j in range(4000)]
+    lines = [sep.join(inputs + head)]
+    lines += [sep.join(["x"] * len(inputs) + [c.format(i=i) for c in row]) for i in range(100)]
+    path = tmp_path / "wide.txt"
+    path.write_text("\n".join(lines) + "\n")
+    data = io.read(str(path))
+    assert data.answers.n_answers == 100
+    assert set(data.answers.to_frame()["answer"].astype(str)) == {"y"}
+
+
 def test_mturk_several_options_in_a_wide_group_name_the_row(tmp_path):
     path = tmp_path / "wide.csv"
     write_mturk(path, 300, n_rows=10)

@@ -20,6 +20,9 @@ Four probes, each printed as one JSON line:
 ``mturk_options``
     An MTurk batch file of 200 assignments whose one radio group has K options (``Answer.<o>.on``
     columns) at several K: seconds and peak memory multiple.
+``toloka_inputs``
+    A Toloka results file of 100 assignments with K ``INPUT:`` columns beside the three read:
+    seconds and peak memory multiple.
 ``wide_header``
     Whether :func:`privtd.io.detect` recognises an MTurk file whose header line is over 64 KB
     (``WorkerId`` and ``HITId`` after the first 64 KB).
@@ -151,6 +154,17 @@ def write_mturk(path: Path, n_options: int, n_rows: int = 200) -> int:
     return path.stat().st_size
 
 
+def write_toloka(path: Path, n_inputs: int, n_rows: int = 100) -> int:
+    """A Toloka results file with ``n_inputs`` input columns besides the three read."""
+    inputs = [f"INPUT:f{j}" for j in range(n_inputs)]
+    head = ["ASSIGNMENT:task_id", "ASSIGNMENT:worker_id", "OUTPUT:label"]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\t".join(inputs + head) + "\n")
+        for i in range(n_rows):
+            handle.write("\t".join(["x"] * n_inputs + [f"t{i % 20}", f"w{i}", "y"]) + "\n")
+    return path.stat().st_size
+
+
 def hostile_label_studio() -> dict[str, object]:
     """Each hostile shape's name -> its JSON text."""
     good = label_studio_task(1, n_annotations=1)
@@ -239,11 +253,15 @@ def measure(path: Path) -> dict[str, float]:
 def probe_sizes(folder: Path, what: str, sizes: list[float]) -> dict[str, object]:
     rows = []
     for size in sizes:
-        path = folder / ("ls.json" if what == "label_studio_memory" else "mturk.csv")
+        path = folder / {"label_studio_memory": "ls.json", "mturk_options": "mturk.csv"}.get(
+            what, "toloka.tsv"
+        )
         if what == "label_studio_memory":
             nbytes = write_label_studio(path, size)
-        else:
+        elif what == "mturk_options":
             nbytes = write_mturk(path, int(size))
+        else:
+            nbytes = write_toloka(path, int(size))
         got = measure(path)
         row = {"size": size, "file_mb": round(nbytes / 1e6, 1)}
         if "error" in got:
@@ -255,7 +273,7 @@ def probe_sizes(folder: Path, what: str, sizes: list[float]) -> dict[str, object
             row["seconds_per_mb"] = round(got["seconds"] / (nbytes / 1e6), 3)
         rows.append(row)
         path.unlink()
-    unit = "MB" if what == "label_studio_memory" else "options"
+    unit = {"label_studio_memory": "MB", "mturk_options": "options"}.get(what, "columns")
     return {"probe": what, "unit": unit, "rows": rows}
 
 
@@ -283,15 +301,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--ls-mb", type=float, nargs="*", help="Label Studio sizes in MB")
     parser.add_argument("--options", type=int, nargs="*", help="MTurk option counts")
+    parser.add_argument("--inputs", type=int, nargs="*", help="Toloka input column counts")
+    probes = ("hostile", "header", "mturk", "toloka", "label-studio")
+    parser.add_argument("--only", nargs="*", choices=probes, default=probes, help="probes to run")
     args = parser.parse_args()
     ls_sizes = args.ls_mb or ([5, 10, 20] if args.quick else [25, 50, 100])
     options = args.options or ([2500, 5000, 10000] if args.quick else [12500, 25000, 50000])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        print(json.dumps(probe_hostile(folder)), flush=True)
-        print(json.dumps(probe_wide_header(folder)), flush=True)
-        print(json.dumps(probe_sizes(folder, "mturk_options", options)), flush=True)
-        print(json.dumps(probe_sizes(folder, "label_studio_memory", ls_sizes)), flush=True)
+        inputs = args.inputs or ([2500, 5000, 10000] if args.quick else [5000, 10000, 20000])
+        runs = {
+            "hostile": lambda: probe_hostile(folder),
+            "header": lambda: probe_wide_header(folder),
+            "mturk": lambda: probe_sizes(folder, "mturk_options", options),
+            "toloka": lambda: probe_sizes(folder, "toloka_inputs", inputs),
+            "label-studio": lambda: probe_sizes(folder, "label_studio_memory", ls_sizes),
+        }
+        for name in args.only:
+            print(json.dumps(runs[name]()), flush=True)
 
 
 if __name__ == "__main__":

@@ -61,13 +61,18 @@ class Imported:
         )
 
 
-def read_text_table(path: str, delimiter: str, what: str) -> pd.DataFrame:
+def read_text_table(
+    path: str, delimiter: str, what: str, usecols: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Every cell as text, empty cells as missing; a UTF-8 byte-order mark (what Excel and some
-    platforms write) is dropped so that the first column keeps its name."""
+    platforms write) is dropped so that the first column keeps its name. ``usecols``: the
+    columns to keep (the others are parsed but never made into columns, which keeps a file of
+    many columns fast)."""
     try:
         return pd.read_csv(
             path,
             sep=delimiter,
+            usecols=None if usecols is None else list(usecols),
             dtype=str,
             keep_default_na=False,
             na_values=[""],
