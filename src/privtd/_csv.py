@@ -116,23 +116,26 @@ def to_csv(table: pd.DataFrame | pd.Series, **kwargs: Any) -> str:
     escaped.columns = _escape_names(frame.columns)
     if kwargs.get("index", True):
         escaped.index = _escape_names(frame.index)
-    if _has_carriage_return(escaped):
+    if _has_carriage_return(escaped, kwargs.get("index", True)):
         # pandas quotes a cell with a newline but not one with a lone carriage return, which
         # readers then take for the end of the row: quote every text cell instead.
         kwargs.setdefault("quoting", csv.QUOTE_NONNUMERIC)
     return escaped.to_csv(**kwargs)
 
 
-def _has_carriage_return(frame: pd.DataFrame) -> bool:
+def _has_carriage_return(frame: pd.DataFrame, index: bool) -> bool:
     import pandas as pd
 
-    parts = [pd.Series(frame.columns, dtype=object), pd.Series(frame.index, dtype=object)]
+    parts = [frame.columns, *([frame.index] if index else [])]
     parts += [frame.iloc[:, i] for i in range(frame.shape[1])]
     for part in parts:
+        if isinstance(part, pd.MultiIndex):
+            part = part.to_flat_index()
         if part.dtype == object:
-            if any(isinstance(v, str) and "\r" in v for v in part):
-                return True
-        elif pd.api.types.is_string_dtype(part.dtype) and part.str.contains("\r").any():
+            part = pd.Series(part, dtype=object).astype(str)
+        elif not pd.api.types.is_string_dtype(part.dtype):
+            continue  # numbers, booleans, dates: no text
+        if pd.Series(part).str.contains("\r", regex=False).any():
             return True
     return False
 
