@@ -15,6 +15,7 @@ for the type Label Studio writes: a wrong one is a one-line error that says wher
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = ["read_label_studio", "iter_tasks"]
 
 #: Characters read at a time; a task longer than this is read in doubling steps.
 _CHUNK = 1 << 18
+_BLANK = re.compile(r"[ \t\r\n]*")
 
 
 def iter_tasks(path: str) -> Iterator[Any]:
@@ -78,8 +80,7 @@ def iter_tasks(path: str) -> Iterator[Any]:
             """The next non-blank character ('' at the end), left unconsumed."""
             nonlocal pos
             while True:
-                while pos < len(text) and text[pos] in " \t\r\n":
-                    pos += 1
+                pos = _BLANK.match(text, pos).end()  # type: ignore[union-attr]  # always matches
                 if pos < len(text) or not more(0):
                     return text[pos : pos + 1]
 
