@@ -126,16 +126,17 @@ def to_csv(table: pd.DataFrame | pd.Series, **kwargs: Any) -> str:
 def _has_carriage_return(frame: pd.DataFrame, index: bool) -> bool:
     import pandas as pd
 
-    parts = [frame.columns, *([frame.index] if index else [])]
+    names = [frame.columns, *([frame.index] if index else [])]
+    parts: list[pd.Series] = [
+        pd.Series(n.to_flat_index() if isinstance(n, pd.MultiIndex) else n) for n in names
+    ]
     parts += [frame.iloc[:, i] for i in range(frame.shape[1])]
     for part in parts:
-        if isinstance(part, pd.MultiIndex):
-            part = part.to_flat_index()
         if part.dtype == object:
-            part = pd.Series(part, dtype=object).astype(str)
+            part = part.astype(str)
         elif not pd.api.types.is_string_dtype(part.dtype):
             continue  # numbers, booleans, dates: no text
-        if pd.Series(part).str.contains("\r", regex=False).any():
+        if part.str.contains("\r", regex=False).any():
             return True
     return False
 

@@ -101,7 +101,9 @@ def text_header(path: str, delimiter: str, what: str) -> list[str]:
     return names
 
 
-def require_columns(names: Sequence[Any], columns: Sequence[str], fmt: str, path: str) -> None:
+def require_columns(
+    names: Sequence[Any] | pd.Index, columns: Sequence[str], fmt: str, path: str
+) -> None:
     """Refuse a table whose column ``names`` lack any of ``columns``."""
     missing = [c for c in columns if c not in names]
     if missing:
