@@ -16,7 +16,8 @@ Four probes, each printed as one JSON line:
     A realistic Label Studio export (Label Studio 1.x's full JSON: three annotations a task
     with their metadata) at several sizes, each read by ``privtd.io.read`` in a fresh process:
     the peak resident memory above what the process held before reading, as a multiple of the
-    file's size, and the seconds taken. Linear time keeps seconds per MB flat.
+    file's size, and the seconds taken (wall clock, and CPU time, which a loaded machine does
+    not inflate). Linear time keeps CPU seconds per MB flat.
 ``mturk_options``
     An MTurk batch file of 200 assignments whose one radio group has K options (``Answer.<o>.on``
     columns) at several K: seconds and peak memory multiple.
@@ -55,11 +56,11 @@ def status(field):
     return int(line.split()[1]) * 1024
 
 before = status("VmHWM")
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 data = privtd.io.read(sys.argv[1])
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 peak = status("VmHWM")
-print(json.dumps({"seconds": seconds, "peak_bytes": peak - before,
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak - before,
                   "answers": data.answers.n_answers}))
 """
 
@@ -268,9 +269,10 @@ def probe_sizes(folder: Path, what: str, sizes: list[float]) -> dict[str, object
             row["error"] = got["error"]
         else:
             row["seconds"] = round(got["seconds"], 2)
+            row["cpu_seconds"] = round(got["cpu_seconds"], 2)
             row["peak_mb"] = round(got["peak_bytes"] / 1e6, 1)
             row["peak_over_file"] = round(got["peak_bytes"] / nbytes, 1)
-            row["seconds_per_mb"] = round(got["seconds"] / (nbytes / 1e6), 3)
+            row["cpu_seconds_per_mb"] = round(got["cpu_seconds"] / (nbytes / 1e6), 3)
         rows.append(row)
         path.unlink()
     unit = {"label_studio_memory": "MB", "mturk_options": "options"}.get(what, "columns")
