@@ -24,7 +24,7 @@ import pandas as pd
 from ..errors import SchemaError, ValidationError
 from ._base import Imported, build, gold_from, pick_one
 
-__all__ = ["read_label_studio", "iter_tasks"]
+__all__ = ["read_label_studio"]
 
 #: Characters read at a time; a task longer than this is read in doubling steps.
 _CHUNK = 1 << 18
