@@ -27,6 +27,7 @@ from ._base import (
     gold_from,
     is_true,
     pick_one,
+    read_text_table,
     require_columns,
     text_header,
 )
@@ -34,6 +35,8 @@ from ._base import (
 __all__ = ["read_mturk"]
 
 _ON = ".on"
+#: Files up to this many columns are read by pandas, wider ones row by row.
+_NARROW = 256
 
 
 def _questions(columns: list[str]) -> dict[str, list[str]]:
@@ -141,28 +144,37 @@ def _read_rows(
     ``group`` of its checked option: -1 when none is, -2 when several are (the error then
     reads the row again).
 
-    One pass of the standard CSV reader, keeping only what is used: the file's other columns
-    (an option group can have tens of thousands) are never made into columns, so time is
-    linear in the file's size and memory in the rows' used cells.
+    pandas reads a file of the usual width. A wider one (an option group can have tens of
+    thousands of columns) is read in one pass of the standard CSV reader instead, keeping only
+    the used cells and the checked option's position: one pandas column per column would cost
+    about a millisecond each. Either way time is linear in the file's size and memory in the
+    rows' used cells.
     """
+    if len(names) <= _NARROW:
+        frame = read_text_table(path, ",", "MTurk")
+        frame.index = pd.RangeIndex(2, len(frame) + 2, name="row")
+        if not group:
+            return frame, np.full(len(frame), -1)
+        ticked = np.column_stack([is_true(frame[c]).to_numpy() for c in group])
+        count = ticked.sum(axis=1)
+        return frame, np.where(count == 1, ticked.argmax(axis=1), np.where(count == 0, -1, -2))
     n = len(names)
     position = {name: i for i, name in reversed(list(enumerate(names)))}  # the first of a name
-    pick = [position[c] for c in wanted]
+    get_cells = operator.itemgetter(*[position[c] for c in wanted])
     options = [position[c] for c in group]
     get_options = operator.itemgetter(*options) if len(options) > 1 else None
-    cells: list[list[str]] = [[] for _ in wanted]
-    checked = array.array("q")
+    kept: list[Any] = []
+    positions = array.array("q")
     rows = array.array("q")  # each row's number, the header being row 1, for messages
-    line = 1
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle)
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
             next(reader, None)
             for row in reader:
-                line = reader.line_num
-                if not row:
-                    continue  # a blank line, as pandas skips it
                 if len(row) != n:
+                    line = reader.line_num
+                    if not row:
+                        continue  # a blank line, as pandas skips it
                     if len(row) > n:
                         raise ValidationError(
                             f"Cannot parse {path!r} as an MTurk export: line {line} has "
@@ -170,19 +182,19 @@ def _read_rows(
                         )
                     row += [""] * (n - len(row))
                 rows.append(len(rows) + 2)
-                for column, i in zip(cells, pick, strict=True):
-                    column.append(row[i])
+                kept.append(get_cells(row))
                 if get_options is not None:
                     chosen = get_options(row)
                     filled = np.flatnonzero(
                         np.fromiter(map(len, chosen), dtype=np.intp, count=len(chosen))
                     )
-                    on = [j for j in filled if _truthy(chosen[j])]
-                    checked.append(-1 if not on else int(on[0]) if len(on) == 1 else -2)
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise ValidationError(
-            f"Cannot parse {path!r} as an MTurk export (near line {line}): {exc}."
-        ) from None
+                    on = [int(j) for j in filled if _truthy(chosen[j])]
+                    positions.append(-1 if not on else on[0] if len(on) == 1 else -2)
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise ValidationError(
+                f"Cannot parse {path!r} as an MTurk export (near line {reader.line_num}): {exc}."
+            ) from None
+    cells = list(zip(*kept, strict=True)) if kept else [() for _ in wanted]
     frame = pd.DataFrame(
         {
             name: pd.Series(column, dtype=object).replace("", None).astype(str)
@@ -190,7 +202,7 @@ def _read_rows(
         }
     )
     frame.index = pd.Index(np.frombuffer(rows, dtype=np.int64), name="row")
-    return frame, np.frombuffer(checked, dtype=np.int64) if group else np.full(len(frame), -1)
+    return frame, np.frombuffer(positions, dtype=np.int64) if group else np.full(len(frame), -1)
 
 
 def _truthy(cell: str) -> bool:
