@@ -200,7 +200,12 @@ class Answers:
         )
 
     def to_csv(self, path: str) -> None:
-        self.to_frame().to_csv(path, index=False)
+        """Write the long table; text that a spreadsheet would run as a formula (``=x``) is
+        written ``'=x``, and :meth:`from_csv` reads it back as ``=x`` (docs/formats.md)."""
+        from ._csv import to_csv
+
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(to_csv(self.to_frame(), index=False))
 
     def to_parquet(self, path: str) -> None:
         """Write the long table as Parquet (needs ``pip install 'privtd[parquet]'``)."""

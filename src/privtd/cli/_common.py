@@ -51,8 +51,12 @@ def _write_output(path: str, text: str, private: bool = False) -> None:
         atomic_write_text(path, text, private=private)
 
 
-def _atomic_csv(frame: pd.DataFrame, path: str, index: bool) -> None:
-    _write_output(path, frame.to_csv(index=index))
+def _atomic_csv(frame: pd.DataFrame | pd.Series, path: str, index: bool) -> None:
+    """Write a table privtd made, its text escaped against spreadsheet formulas
+    (:func:`privtd._csv.to_csv`)."""
+    from .._csv import to_csv
+
+    _write_output(path, to_csv(frame, index=index))
 
 
 def _one_stdout(**outputs: str | None) -> None:

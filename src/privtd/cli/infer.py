@@ -814,7 +814,9 @@ def _infer_multi_label(
     from ..inference import BinaryRelevance
 
     task, worker, answer = columns
-    frame = pd.read_csv(answers, dtype={answer: str}, keep_default_na=False)
+    from .._csv import unescape_frame
+
+    frame = unescape_frame(pd.read_csv(answers, dtype={answer: str}, keep_default_na=False))
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise SchemaError(

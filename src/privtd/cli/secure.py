@@ -232,4 +232,6 @@ def secure_em_cmd(
     )
     if not output:
         table = estimator.truths_.rename_axis("task").reset_index()
-        click.echo(table.to_csv(index=False), nl=False)
+        from .._csv import to_csv
+
+        click.echo(to_csv(table, index=False), nl=False)

@@ -427,7 +427,9 @@ def campaign_aggregate(
     if output:
         _atomic_csv(frame, output, index=True)
     else:
-        click.echo(frame.to_csv(), nl=False)
+        from .._csv import to_csv
+
+        click.echo(to_csv(frame), nl=False)
     if workers:
         weights = pd.Series(result["workers"], name="weight").rename_axis("worker")
         _atomic_csv(weights.to_frame(), workers, index=True)

@@ -3,6 +3,7 @@ turning a long frame plus golden answers into :class:`~privtd.answers.Answers`."
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,13 +61,18 @@ class Imported:
         )
 
 
-def read_text_table(path: str, delimiter: str, what: str) -> pd.DataFrame:
+def read_text_table(
+    path: str, delimiter: str, what: str, usecols: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Every cell as text, empty cells as missing; a UTF-8 byte-order mark (what Excel and some
-    platforms write) is dropped so that the first column keeps its name."""
+    platforms write) is dropped so that the first column keeps its name. ``usecols``: the
+    columns to keep (the others are parsed but never made into columns, which keeps a file of
+    many columns fast)."""
     try:
         return pd.read_csv(
             path,
             sep=delimiter,
+            usecols=None if usecols is None else list(usecols),
             dtype=str,
             keep_default_na=False,
             na_values=[""],
@@ -79,10 +85,29 @@ def read_text_table(path: str, delimiter: str, what: str) -> pd.DataFrame:
         raise ValidationError(f"Cannot parse {path!r} as a {what} export: {first}.") from None
 
 
-def require_columns(frame: pd.DataFrame, columns: Sequence[str], fmt: str, path: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
+def text_header(path: str, delimiter: str, what: str) -> list[str]:
+    """The column names of a text table's header (its first record, however long)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            names = next(csv.reader(handle, delimiter=delimiter), None)
+    except FileNotFoundError:
+        raise ValidationError(f"No such file: {path!r}. Check the path.") from None
+    except IsADirectoryError:
+        raise ValidationError(f"{path!r} is a directory. Pass a file.") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValidationError(f"Cannot parse {path!r} as {what} CSV: {exc}.") from None
+    if not names:
+        raise ValidationError(f"Cannot parse {path!r} as {what} CSV: it has no header line.")
+    return names
+
+
+def require_columns(
+    names: Sequence[Any] | pd.Index, columns: Sequence[str], fmt: str, path: str
+) -> None:
+    """Refuse a table whose column ``names`` lack any of ``columns``."""
+    missing = [c for c in columns if c not in names]
     if missing:
-        found = list(map(str, frame.columns))
+        found = list(map(str, names))
         shown = found if len(found) <= 12 else [*found[:12], "..."]
         raise SchemaError(
             f"{path!r} is not a usable {FORMAT_LABELS[fmt]} export: it lacks column(s) "
@@ -110,9 +135,13 @@ def pick_one(options: Sequence[str], chosen: str | None, what: str, fmt: str, fl
     return options[0]
 
 
+#: Platform booleans, stripped and lower-cased, that mean true.
+TRUE_TEXTS = frozenset(("true", "1", "on", "yes"))
+
+
 def is_true(column: pd.Series) -> pd.Series:
     """Platform booleans (``true``, ``TRUE``, ``1``, ``on``) as a bool mask; missing is false."""
-    return column.fillna("").astype(str).str.strip().str.lower().isin(("true", "1", "on", "yes"))
+    return column.fillna("").astype(str).str.strip().str.lower().isin(TRUE_TEXTS)
 
 
 def build(

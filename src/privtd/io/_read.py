@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import SchemaError, ValidationError
 from ._base import FORMAT_LABELS, Imported
 from .appen import read_appen
-from .label_studio import read_label_studio
+from .label_studio import iter_tasks, read_label_studio
 from .mturk import read_mturk
 from .toloka import read_toloka
 
@@ -42,9 +41,12 @@ def sniff_delimiter(header: str) -> str:
 
 
 def _header(path: str, delimiter: str | None = None) -> tuple[list[str], str]:
-    """The header line's column names, split at ``delimiter`` (default: the sniffed one)."""
+    """The header line's column names, split at ``delimiter`` (default: the sniffed one).
+
+    The whole line is read, however long: a platform export with thousands of columns (an
+    MTurk radio group of many options) has its identifying columns wherever they fall."""
     with open(path, "rb") as handle:
-        line = handle.readline(65536)
+        line = handle.readline()
     try:  # strictly: a file that is not text gets the parse error the CSV reader would give
         first = line.decode("utf-8-sig").rstrip("\r\n")
     except UnicodeDecodeError as exc:
@@ -54,22 +56,16 @@ def _header(path: str, delimiter: str | None = None) -> tuple[list[str], str]:
     return [n.strip() for n in names], delimiter
 
 
-def _looks_like_label_studio(path: str, head: str, whole: bool) -> bool:
-    """A JSON list of tasks with annotations. The first 64 KB usually show it; only when they
-    do not (a task with large data first) is the whole file parsed."""
-    if head.startswith("[") and ('"annotations"' in head or '"completions"' in head):
-        return True
-    if whole and not head.startswith("["):
+def _looks_like_label_studio(path: str, head: str) -> bool:
+    """A JSON list of tasks with annotations. The first 64 KB usually show it; when they do
+    not (a task with large data first), the first task alone is parsed."""
+    if not head.startswith("["):
         return False
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            data = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"Cannot parse {path!r} as JSON: {exc}.") from None
-    return isinstance(data, list) and (
-        not data
-        or (isinstance(data[0], dict) and ("annotations" in data[0] or "completions" in data[0]))
-    )
+    if '"annotations"' in head or '"completions"' in head:
+        return True
+    for task in iter_tasks(path):
+        return isinstance(task, dict) and ("annotations" in task or "completions" in task)
+    return True  # an empty list: read_label_studio says there is nothing to read
 
 
 def detect(path: str) -> str:
@@ -84,7 +80,7 @@ def detect(path: str) -> str:
         return "long"
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
-        if _looks_like_label_studio(path, stripped, len(text) < 65536):
+        if _looks_like_label_studio(path, stripped):
             return "label-studio"
         raise SchemaError(
             f"{path!r} is JSON but not a Label Studio export (a list of tasks with "

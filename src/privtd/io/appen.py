@@ -23,6 +23,7 @@ from ._base import (
     pick_one,
     read_text_table,
     require_columns,
+    text_header,
 )
 
 __all__ = ["read_appen"]
@@ -62,13 +63,14 @@ def read_appen(
         ``.answers``, and ``.gold``: the ``<question>_gold`` answer of every test question that
         has exactly one accepted answer.
     """
-    frame = read_text_table(path, delimiter, "Appen")
+    names = text_header(path, delimiter, "Appen")
     task = task or "_unit_id"
     worker = worker or "_worker_id"
-    require_columns(frame, [task, worker], "appen", path)
-    columns = [str(c) for c in frame.columns]
+    require_columns(names, [task, worker], "appen", path)
+    columns = names
     if question is None:
-        candidates = [c for c in columns if f"{c}_gold" in columns]
+        present = set(columns)
+        candidates = [c for c in columns if f"{c}_gold" in present]
         if not candidates:
             plain = [c for c in columns if not c.startswith("_")]
             candidates = plain if len(plain) == 1 else []
@@ -84,6 +86,8 @@ def read_appen(
     field = pick_one(
         candidates, question, "question column", "appen", "--answer-col (Python: question=)"
     )
+    used = {task, worker, "_tainted", "_golden", field, f"{field}_gold"}
+    frame = read_text_table(path, delimiter, "Appen", usecols=[c for c in names if c in used])
     notes: list[str] = []
     if "_tainted" in frame.columns and not keep_rejected:
         frame = drop_rows(

@@ -12,7 +12,16 @@ from typing import Any
 
 import pandas as pd
 
-from ._base import Imported, build, drop_rows, gold_from, pick_one, read_text_table, require_columns
+from ._base import (
+    Imported,
+    build,
+    drop_rows,
+    gold_from,
+    pick_one,
+    read_text_table,
+    require_columns,
+    text_header,
+)
 
 __all__ = ["read_toloka", "KEPT_STATUSES"]
 
@@ -55,13 +64,18 @@ def read_toloka(
     Imported
         ``.answers``, and ``.gold``: the ``GOLDEN:`` response of every control task.
     """
-    frame = read_text_table(path, "\t", "Toloka")
+    names = text_header(path, "\t", "Toloka")
     worker = worker or "ASSIGNMENT:worker_id"
-    require_columns(frame, [worker], "toloka", path)
-    outputs = [c[len("OUTPUT:") :] for c in frame.columns if str(c).startswith("OUTPUT:")]
+    require_columns(names, [worker], "toloka", path)
+    outputs = [c[len("OUTPUT:") :] for c in names if c.startswith("OUTPUT:")]
     if answer is not None and answer.startswith("OUTPUT:"):
         answer = answer[len("OUTPUT:") :]
     field = pick_one(outputs, answer, "output field", "toloka", "--answer-col (Python: answer=)")
+    used = {worker, task, "ASSIGNMENT:status", "ASSIGNMENT:task_id"}
+    used |= {f"OUTPUT:{field}", f"GOLDEN:{field}"}
+    if task is None and "ASSIGNMENT:task_id" not in names:
+        used |= {c for c in names if c.startswith("INPUT:")}
+    frame = read_text_table(path, "\t", "Toloka", usecols=[c for c in names if c in used])
     notes: list[str] = []
     if "ASSIGNMENT:status" in frame.columns:
         status = frame["ASSIGNMENT:status"].fillna("").str.strip().str.upper()
@@ -81,13 +95,13 @@ def read_toloka(
             task = "ASSIGNMENT:task_id"
         else:
             inputs = [c for c in frame.columns if str(c).startswith("INPUT:")]
-            require_columns(frame, inputs or ["ASSIGNMENT:task_id"], "toloka", path)
+            require_columns(frame.columns, inputs or ["ASSIGNMENT:task_id"], "toloka", path)
             task_ids = frame[inputs[0]].fillna("")
             for column in inputs[1:]:
                 task_ids = task_ids + "\t" + frame[column].fillna("")
             frame = frame.assign(**{"INPUT:*": task_ids})
             task = "INPUT:*"
-    require_columns(frame, [task], "toloka", path)
+    require_columns(frame.columns, [task], "toloka", path)
     output = f"OUTPUT:{field}"
     frame = drop_rows(frame, frame[output].isna(), notes, f"with an empty {output}")
     frame = drop_rows(frame, frame[task].isna(), notes, f"with an empty {task}")

@@ -985,6 +985,8 @@ def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str
     import numpy as np
     import pandas as pd
 
+    from .._csv import to_csv
+
     mech = campaigns.rebuild(campaign.mechanism, campaign.mechanism_params)
     labels = campaign.labels if mech.kind == "categorical" else None
     integral = campaigns.integer_reports(mech)
@@ -1059,7 +1061,8 @@ def _report_lines(engine: sa.Engine, campaign: Any, digest: str) -> Iterator[str
                     "value": shown,
                 }
             )
-            text = frame.to_csv(index=False, header=False, lineterminator="\n")
+            # Task keys, worker names and labels are escaped against spreadsheet formulas.
+            text = to_csv(frame, index=False, header=False, lineterminator="\n")
             # Checked, in a transaction of its own, before each page leaves: once the token is
             # revoked or replaced, nothing more is sent (what the network already carries
             # still arrives).
