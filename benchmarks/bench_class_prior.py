@@ -8,8 +8,11 @@ class's share, balanced accuracy 0.5. This measures, on the same perturbed answe
 ``aware-ds`` over two labels, ``aware-one-coin`` over more) decided three ways: the most probable
 label (``map``), the balanced decision ``argmax mu / prior`` (``bal``), and, over two labels,
 ``aware-ds`` fitted with a fixed uniform class prior (``unif``); ``dflt`` is what the estimator's
-``truths_`` give as shipped. Each cell is balanced accuracy / accuracy, the mean over seeds (each
-seed one perturbation, and for the synthetic crowd one crowd).
+``truths_`` give as shipped. On the synthetic crowd, ``omap`` and ``obal`` decide from the exact
+posteriors (the true class prior, every worker's true confusion and flip): the best any
+estimator can do in expectation, for accuracy and for balanced accuracy. Each cell is balanced
+accuracy / accuracy, the mean over seeds (each seed one perturbation, and for the synthetic crowd
+one crowd).
 
 Data: a synthetic crowd with the traits of a product-matching set (8,315 tasks, 3 answers each,
 12% of truths class 1; 176 workers: 45% conservative, recall of 1 uniform in 0.1-0.5 and of 0 in
@@ -44,8 +47,9 @@ NAMES = ["synthetic", "duchenne", "sentiment", "dog", "web", "adult_content"]
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 
 
-def skewed_crowd(seed: int) -> tuple[datasets.Answers, pd.Series]:
-    """The product-matching crowd above (tests/test_decision.py builds the same one)."""
+def skewed_crowd(seed: int) -> tuple[datasets.Answers, pd.Series, np.ndarray]:
+    """The product-matching crowd above (tests/test_decision.py builds the same one), with its
+    workers' confusions ``[worker, answer, truth]``."""
     gen = np.random.default_rng(seed)
     n_workers = 176
     kind = gen.choice(4, size=n_workers, p=[0.45, 0.35, 0.12, 0.08])
@@ -63,7 +67,27 @@ def skewed_crowd(seed: int) -> tuple[datasets.Answers, pd.Series]:
     answers, truth, _ = datasets.make_categorical(
         8315, n_workers, 2, answers_per_task=3, confusion=confusion, prior=[0.88, 0.12], rng=gen
     )
-    return answers, truth
+    return answers, truth, confusion
+
+
+def oracle(
+    perturbed: datasets.Answers,
+    confusion: np.ndarray,
+    flips: np.ndarray,
+    prior: np.ndarray,
+) -> np.ndarray:
+    """The exact posteriors of the synthetic crowd: the true class prior, each worker's true
+    confusion composed with the flip its device used (``flips`` per worker code); what no
+    estimator can beat, in expectation, under either decision."""
+    f = flips[:, None, None]
+    composed = (1.0 - 2.0 * f) * confusion + f  # (R_f pi)[z, y] over two labels
+    log_lik = np.log(composed[perturbed.worker, perturbed.value, :])
+    scores = np.log(prior) + np.stack(
+        [np.bincount(perturbed.task, log_lik[:, y], minlength=perturbed.n_tasks) for y in (0, 1)],
+        axis=1,
+    )
+    mu = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return mu / mu.sum(axis=1, keepdims=True)
 
 
 def mechanism(name: str, epsilon: float, k: int) -> OneLayerRR | TwoLayerRR:
@@ -81,8 +105,9 @@ def scores(truths: pd.Series, truth: pd.Series) -> np.ndarray:
 def setting(name: str, mech_name: str, epsilon: float, seeds: int) -> dict[str, np.ndarray]:
     sums: dict[str, np.ndarray] = {}
     for seed in range(seeds):
+        confusion = None
         if name == "synthetic":
-            answers, truth = skewed_crowd(seed)
+            answers, truth, confusion = skewed_crowd(seed)
         else:
             data = datasets.load(name)
             answers, truth = data.answers, data.truth
@@ -90,6 +115,18 @@ def setting(name: str, mech_name: str, epsilon: float, seeds: int) -> dict[str, 
         perturbed = mech.perturb(answers, rng=seed)
         aware = aware_method(mech)
         rows: dict[str, pd.Series] = {}
+        if confusion is not None:
+            if isinstance(mech, TwoLayerRR):
+                flips = mech.flips_for(answers, seed)
+            else:
+                flips = np.full(answers.n_workers, mech.f)
+            mu = pd.DataFrame(
+                oracle(perturbed, confusion, flips, np.array([0.88, 0.12])),
+                index=answers.tasks,
+                columns=answers.labels,
+            )
+            rows["omap"] = decide(mu, "map")
+            rows["obal"] = decide(mu, "balanced", prior=np.array([0.88, 0.12]))
         rows["mv"] = make_estimator("mv").fit(perturbed).truths_
         rows["ds"] = make_estimator("ds").fit(perturbed).truths_
         fit = make_estimator(aware, mechanism=mech).fit(perturbed)
@@ -111,7 +148,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=OUT)
     args = parser.parse_args()
     warnings.simplefilter("ignore", ConvergenceWarning)
-    keys = ["mv", "ds", "dflt", "map", "bal", "unif"]
+    keys = ["mv", "ds", "dflt", "map", "bal", "unif", "omap", "obal"]
     lines = [
         f"# balanced accuracy / accuracy, mean of {args.seeds} seeds; dflt = the aware default's "
         "truths_ as shipped; aware = "

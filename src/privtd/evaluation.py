@@ -160,11 +160,11 @@ def _label_scores(inferred: np.ndarray, ref: pd.Series) -> dict[str, Any]:
 def _ordered_labels(ref: pd.Series, inferred: np.ndarray) -> list[str]:
     """The reference's labels in their natural order (numbers as numbers), then any label only
     the inferred truths use, all as strings."""
-    values = pd.unique(ref)
+    values: list[Any] = list(pd.unique(ref.to_numpy()))
     try:
-        values = np.sort(values)
+        values = sorted(values)
     except TypeError:  # mixed types: the strings' order
-        values = np.array(sorted(values, key=str), dtype=object)
+        values = sorted(values, key=str)
     labels = list(dict.fromkeys(str(v) for v in values))
     seen = set(labels)
     return labels + sorted(set(inferred.tolist()) - seen)
@@ -187,17 +187,18 @@ def _numeric_scores(inferred: pd.Series, ref: pd.Series, answers: Any) -> dict[s
         values, source = truth, "the median of the reference"
     constant = float(np.median(values))
     base = constant - truth
-    out = {
-        "mae": float(np.mean(np.abs(err))),
-        "rmse": float(np.sqrt(np.mean(err**2))),
+    mae, rmse = float(np.mean(np.abs(err))), float(np.sqrt(np.mean(err**2)))
+    base_mae, base_rmse = float(np.mean(np.abs(base))), float(np.sqrt(np.mean(base**2)))
+    return {
+        "mae": mae,
+        "rmse": rmse,
         "baseline": source,
         "baseline_value": constant,
-        "baseline_mae": float(np.mean(np.abs(base))),
-        "baseline_rmse": float(np.sqrt(np.mean(base**2))),
+        "baseline_mae": base_mae,
+        "baseline_rmse": base_rmse,
+        "mae_margin": base_mae - mae,
+        "rmse_margin": base_rmse - rmse,
     }
-    out["mae_margin"] = out["baseline_mae"] - out["mae"]
-    out["rmse_margin"] = out["baseline_rmse"] - out["rmse"]
-    return out
 
 
 def _check_label_overlap(inferred: pd.Series, ref: pd.Series) -> None:

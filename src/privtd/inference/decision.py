@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -123,11 +123,12 @@ def cost_matrix(costs: Costs, labels: Sequence[Hashable] | pd.Index) -> np.ndarr
 
     matrix = np.ones((k, k))
     if all(pairs):
-        for (truth, decided), value in costs.items():  # type: ignore[misc]
-            y, d = code(truth), code(decided)
+        for key, value in costs.items():
+            pair = cast(tuple[Hashable, Hashable], key)
+            y, d = code(pair[0]), code(pair[1])
             if y == d:
                 raise ValidationError(
-                    f"The cost of deciding {truth!r} when the truth is {truth!r} is 0: name "
+                    f"The cost of deciding {pair[0]!r} when the truth is {pair[0]!r} is 0: name "
                     "pairs of two labels."
                 )
             matrix[y, d] = float(value)
