@@ -147,3 +147,14 @@ def test_cli_numeric_baseline_from_the_answers(tmp_path, capsys):
     assert code == 0, err
     assert "every task 50, the median of the answers" in text
     assert "note: the constant guess has the smaller mean absolute error" in text
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import privtd.evaluation
+    import privtd.inference.decision
+
+    for module in (privtd.evaluation, privtd.inference.decision):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
