@@ -226,3 +226,26 @@ def test_infer_decision_cost_and_errors(skewed_files, capsys):
     numbers.write_text("task,worker,answer\nt1,a,1.5\nt1,b,2.5\n")
     code, _, err = run(["infer", numbers, "-m", "mean", "-o", out, "--decision", "map"], capsys)
     assert code == 2 and "these answers are numbers" in err
+
+
+def test_fitted_prior_reads_each_models_prior():
+    from privtd.inference import DawidSkene, LatentClass
+    from privtd.inference.decision import fitted_prior
+
+    answers = datasets.load("duchenne").answers
+    ds = DawidSkene().fit(answers)
+    assert fitted_prior(ds) is ds.priors_
+    lc = LatentClass().fit(answers)
+    prior = fitted_prior(lc)
+    assert list(prior.index) == list(lc.probas_.columns) and prior.iloc[1] == lc.prior_
+    assert fitted_prior(MajorityVote().fit(answers)) is None
+
+
+def test_a_task_without_evidence_gets_the_most_probable_label():
+    # Its posterior is the prior, up to the rounding in which the two kernel backends differ:
+    # the balanced scores tie, and the tie goes to the most probable label, on either side of it.
+    prior = np.array([0.8, 0.2])
+    for wobble in (1e-12, -1e-12):
+        mu = pd.DataFrame([prior + [wobble, -wobble], [0.5, 0.5]], columns=["no", "yes"])
+        assert decide(mu, "balanced", prior=prior).tolist() == ["no", "yes"]
+        assert decide(mu, "cost", costs={"yes": 4}).tolist()[0] == "no"

@@ -529,14 +529,14 @@ def infer(
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
     if data.is_categorical and engine == "memory":
-        from ..inference.decision import one_class_warning
+        from ..inference.decision import fitted_prior, one_class_warning
 
         warning = one_class_warning(
             truths,
             data,
             mechanism=params.get("mechanism"),
             method=method,
-            prior=getattr(estimator, "priors_", None),
+            prior=fitted_prior(estimator),
             decision=rule,
         )
         if warning:
@@ -547,6 +547,7 @@ def _decided(estimator: Any, method: str, chosen: tuple[str, Any] | None) -> tup
     """The truths under ``--decision`` (parsed: the rule and its costs; None: the estimator's
     own decision), and the rule's name ("map" for an estimator without a decision parameter)."""
     from ..inference import decide
+    from ..inference.decision import fitted_prior
 
     if chosen is None:
         return estimator.truths_, getattr(estimator, "decision_", "map")
@@ -556,8 +557,7 @@ def _decided(estimator: Any, method: str, chosen: tuple[str, Any] | None) -> tup
             "a method with probabilities (ds, aware-ds, glad, ...)."
         )
     rule, costs = chosen
-    prior = getattr(estimator, "priors_", None)
-    return decide(estimator.probas_, rule, prior=prior, costs=costs), rule
+    return decide(estimator.probas_, rule, prior=fitted_prior(estimator), costs=costs), rule
 
 
 def _settle_moved(

@@ -32,7 +32,14 @@ import pandas as pd
 
 from ..errors import ValidationError
 
-__all__ = ["DECISIONS", "decide", "cost_matrix", "parse_decision", "one_class_warning"]
+__all__ = [
+    "DECISIONS",
+    "decide",
+    "cost_matrix",
+    "fitted_prior",
+    "parse_decision",
+    "one_class_warning",
+]
 
 #: The decision rules by name.
 DECISIONS = ("map", "balanced", "cost")
@@ -60,6 +67,20 @@ def default_decision(decision: str | None, mechanism: Any) -> str:
     return "map" if mechanism is None else "balanced"
 
 
+def fitted_prior(estimator: Any) -> pd.Series | None:
+    """The class prior a fitted estimator learned, over the columns of its ``probas_``: its
+    ``priors_`` (the Dawid-Skene family), LatentClass's ``prior_`` (the second label's share), or
+    None for a model that fits none."""
+    prior = getattr(estimator, "priors_", None)
+    if isinstance(prior, pd.Series):
+        return prior
+    share = getattr(estimator, "prior_", None)
+    probas = getattr(estimator, "probas_", None)
+    if isinstance(share, (float, np.floating)) and probas is not None and probas.shape[1] == 2:
+        return pd.Series([1.0 - float(share), float(share)], index=probas.columns)
+    return None
+
+
 def decision_codes(
     mu: np.ndarray, rule: str, prior: np.ndarray | None = None, cost: np.ndarray | None = None
 ) -> np.ndarray:
@@ -72,12 +93,22 @@ def decision_codes(
             return np.asarray(mu.argmax(axis=1))
         # A class the fit gave (almost) no prior mass has posteriors as small: the ratio is
         # still the likelihood ratio, so only an exact zero needs guarding.
-        return np.asarray((mu / np.maximum(prior, 1e-300)).argmax(axis=1))
+        return _best(mu / np.maximum(prior, 1e-300), mu)
     if rule == "cost":
         if cost is None:
             raise ValidationError("The 'cost' decision needs costs.")
-        return np.asarray((mu @ cost).argmin(axis=1))
+        return _best(-(mu @ cost), mu)
     raise ValidationError(f"Unknown decision {rule!r}. Choose one of {', '.join(DECISIONS)}.")
+
+
+def _best(scores: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Each row's best score; a tie (to 1e-9 relative) goes to the most probable of the tied
+    labels. A task whose answers favour no label (none at all, or equal evidence) has scores
+    equal up to rounding, and the two kernel backends round differently (they agree to 1e-9):
+    without the rule its label would depend on which one ran."""
+    top = scores.max(axis=1, keepdims=True)
+    tied = scores >= top - 1e-9 * np.abs(top)
+    return np.asarray(np.where(tied, mu, -np.inf).argmax(axis=1))
 
 
 def cost_matrix(costs: Costs, labels: Sequence[Hashable] | pd.Index) -> np.ndarray:
