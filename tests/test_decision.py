@@ -217,8 +217,8 @@ def test_infer_decision_cost_and_errors(skewed_files, capsys):
         code, _, err = run([*base, "--decision", rule], capsys)
         assert code == 0, err
         ones[rule] = pd.read_csv(out)["truth"].mean()
-    # Balanced weighs a miss of class 1 by 1 / prior, about 3,000 here (the prior ran to
-    # 0.9997): a cost of 10 decides fewer tasks 1, one of a million more.
+    # Balanced weighs a miss of class 1 by 1 / prior, about 5,000 here (the prior ran to
+    # 0.9998): a cost of 10 decides fewer tasks 1, one of a million more.
     assert ones["cost=1:10"] < ones["balanced"] < ones["cost=1:1e6"]
     code, _, err = run([*base, "--decision", "cost=7:2"], capsys)
     assert code == 2 and "names no label" in err and "Traceback" not in err

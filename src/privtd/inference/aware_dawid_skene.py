@@ -201,7 +201,7 @@ class AwareDawidSkene(Estimator):
         most probable label (the Bayes decision for accuracy), "balanced" ``argmax mu / prior``
         (for balanced accuracy). None: "balanced" under a mechanism, "map" without one. Under
         randomized response on skewed classes with a few answers per task the learned prior can
-        run to where it alone explains the answers (0.997 on a crowd with 88% of its truths one
+        run to where it alone explains the answers (0.999 on a crowd with 88% of its truths one
         class, three answers a task, one-layer RR at epsilon 1) and every most probable label is
         then that class; the balanced decision reads the evidence against the prior instead
         (``docs/inference.md``, "Decisions"). ``probas_`` are the posteriors either way.
