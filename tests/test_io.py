@@ -369,6 +369,13 @@ def test_evaluate_scores_against_an_exports_golden_tasks(tmp_path, capsys):
     out = tmp_path / "truths.csv"
     code, _, err = run(["infer", TOLOKA, "-m", "mv", "-o", str(out)], capsys)
     assert code == 0, err
+    # Held fixed to those very truths, they would score 1 by construction: refused.
+    assert pd.read_csv(out)["gold"].sum() == 2
+    code, _, err = run(["evaluate", str(out), "--truth", TOLOKA], capsys)
+    assert code == 2 and "held fixed as gold" in err and "--no-gold" in err
+    code, _, err = run(["infer", TOLOKA, "-m", "mv", "--no-gold", "-o", str(out)], capsys)
+    assert code == 0 and "golden task" not in err, err
+    assert list(pd.read_csv(out).columns) == ["task", "truth"]
     code, stdout, err = run(["evaluate", str(out), "--truth", TOLOKA, "--json"], capsys)
     assert code == 0, err
     assert "scoring against the 2 golden task(s) of the Toloka export" in err

@@ -146,7 +146,24 @@ _GIVE_MECHANISM = "-M NAME -e EPSILON (or -p KEY=VALUE), or --mechanism-report F
     "--gold",
     type=click.Path(dir_okay=False),
     help="CSV task,truth of known truths, fixed during fitting (default: the golden tasks of "
-    "a platform export, when it has any).",
+    "a platform export, when it has any). The output then has a column gold (1: held fixed), "
+    "and evaluate leaves those tasks out of its scores.",
+)
+@click.option(
+    "--no-gold",
+    is_flag=True,
+    help="Fix no truth, not even a platform export's golden tasks (to score against them "
+    "afterwards with evaluate).",
+)
+@click.option(
+    "--decision",
+    metavar="RULE",
+    help="How each task's label is read from its posterior: 'map' (the most probable label, "
+    "the Bayes decision for accuracy), 'balanced' (argmax posterior / class prior, for "
+    "balanced accuracy), 'cost=LABEL:COST,...' (a miss of LABEL costs COST, other misses 1) "
+    "or 'cost=TRUTH>DECIDED:COST,...' (per pair). Default: 'balanced' for the "
+    "perturbation-aware models under a mechanism, 'map' otherwise. Needs a model with "
+    "probabilities. See docs/inference.md#decisions.",
 )
 @click.option(
     "--multi-label",
@@ -244,6 +261,8 @@ def infer(
     single_task: str,
     single_worker: str,
     gold: str | None,
+    no_gold: bool,
+    decision: str | None,
     multi_label: str | None,
     progress: bool | None,
     engine: str,
@@ -342,9 +361,16 @@ def infer(
             f"to model the perturbation, give {_GIVE_MECHANISM}.",
             err=True,
         )
+    if gold and no_gold:
+        raise ValidationError("--gold and --no-gold contradict each other; give one.")
     if multi_label is not None:
         if mechanism or engine != "memory" or method is None:
             raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
+        if decision is not None:
+            raise ValidationError(
+                "--decision reads one label per task; binary relevance decides each label on "
+                "its own. Drop --decision."
+            )
         _infer_multi_label(
             answers,
             method,
@@ -378,6 +404,11 @@ def infer(
             )
         if os.path.lexists(output):
             raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
+        if decision is not None:
+            raise ValidationError(
+                "--decision re-reads the labels from the probabilities in memory; a Parquet "
+                "output is written by the workers. Name a .csv output, or drop --decision."
+            )
     data: Any
     export_gold = None
     if engine == "dask":
@@ -506,8 +537,15 @@ def infer(
             f"Pass --kind {kinds[0]}, or pick another method."
         )
     estimator = make_estimator(method, **params, **method_params)
-    gold_series = _read_truth_csv(gold) if gold else export_gold
-    if export_gold is not None:
+    chosen = None
+    if decision is not None:
+        from ..inference.decision import parse_decision
+
+        if not data.is_categorical:
+            raise ValidationError("--decision picks among labels; these answers are numbers.")
+        chosen = parse_decision(decision, data.labels)  # a typo fails before the fit
+    gold_series = _read_truth_csv(gold) if gold else None if no_gold else export_gold
+    if export_gold is not None and not no_gold:
         from ..io import FORMAT_LABELS
 
         label = FORMAT_LABELS[imported.format]
@@ -532,8 +570,13 @@ def infer(
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:
         raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
+    truths, rule = _decided(estimator, method, chosen)
     if not parquet:  # a Parquet output is written by then
-        _atomic_csv(estimator.truths_.rename_axis("task").reset_index(), output, index=False)
+        table = truths.rename_axis("task").reset_index()
+        if gold_series is not None:
+            # Named, so that evaluate leaves them out: their truth is the gold by construction.
+            table["gold"] = truths.index.isin(gold_series.index).astype(int)
+        _atomic_csv(table, output, index=False)
     if workers_output:
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
     if probas_output and estimator.probas_ is not None:
@@ -546,6 +589,36 @@ def infer(
     )
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
+    if data.is_categorical and engine == "memory":
+        from ..inference.decision import fitted_prior, one_class_warning
+
+        warning = one_class_warning(
+            truths,
+            data,
+            mechanism=params.get("mechanism"),
+            method=method,
+            prior=fitted_prior(estimator),
+            decision=rule,
+        )
+        if warning:
+            click.echo(f"privtd: warning: {warning}", err=True)
+
+
+def _decided(estimator: Any, method: str, chosen: tuple[str, Any] | None) -> tuple[Any, str]:
+    """The truths under ``--decision`` (parsed: the rule and its costs; None: the estimator's
+    own decision), and the rule's name ("map" for an estimator without a decision parameter)."""
+    from ..inference import decide
+    from ..inference.decision import fitted_prior
+
+    if chosen is None:
+        return estimator.truths_, getattr(estimator, "decision_", "map")
+    if estimator.probas_ is None:
+        raise ValidationError(
+            f"Method {method!r} gives no probabilities to decide from; drop --decision, or pick "
+            "a method with probabilities (ds, aware-ds, glad, ...)."
+        )
+    rule, costs = chosen
+    return decide(estimator.probas_, rule, prior=fitted_prior(estimator), costs=costs), rule
 
 
 def _settle_moved(
@@ -621,18 +694,113 @@ def _read_report(path: str) -> tuple[str, dict[str, Any], list[Any] | None]:
     show_default=True,
     help="Compare as labels (accuracy) or numbers (MAE, RMSE).",
 )
+@click.option(
+    "--answers",
+    "answers_path",
+    type=click.Path(dir_okay=False),
+    help="The answers TRUTHS were inferred from (a long CSV task,worker,answer): for numbers, "
+    "the baseline is then their median (default: the reference's median).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-def evaluate_cmd(truths: str, reference: str, kind: str, as_json: bool) -> None:
-    """Score inferred TRUTHS (CSV task,truth) against known truths."""
+def evaluate_cmd(
+    truths: str, reference: str, kind: str, answers_path: str | None, as_json: bool
+) -> None:
+    """Score inferred TRUTHS (CSV task,truth) against known truths, beside the trivial baseline
+    (the reference's majority class; for numbers a median) and, for labels, the balanced
+    accuracy, macro-F1, each class's recall and the confusion matrix (docs/evaluation.md).
+    Tasks that infer held fixed as gold (TRUTHS' gold column) are left out."""
     from ..evaluation import evaluate
 
-    metrics = evaluate(_read_truth_csv(truths), _read_reference(reference), kind=kind)
+    inferred, gold = _read_truths_and_gold(truths)
+    answers = None
+    if answers_path is not None:
+        answers = _read_answers(
+            answers_path, "auto", None, None, None, None, False, kind="numeric"
+        ).answers
+    metrics = evaluate(inferred, _read_reference(reference), kind=kind, gold=gold, answers=answers)
+    if metrics.get("n_gold"):
+        click.echo(
+            f"privtd: note: left out {metrics['n_gold']} task(s) that infer held fixed as gold "
+            f"(the gold column of {truths!r}): their truth is the reference by construction",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(metrics))
         return
-    for key, value in metrics.items():
-        shown = f"{int(value)}" if key.startswith("n_") else f"{value:.4f}"
-        click.echo(f"{key:>12}: {shown}")
+    for line in _metrics_text(metrics):
+        click.echo(line)
+
+
+def _read_truths_and_gold(path: str) -> tuple[Any, Any]:
+    """Inferred truths, and the tasks infer held fixed (its output's gold column; None if it
+    has none)."""
+    import pandas as pd
+
+    from .._csv import read_csv
+
+    truths = _read_truth_csv(path)  # its errors first: a file it reads, read_csv reads
+    frame = read_csv(path, ["task"])
+    if "gold" not in frame.columns:
+        return truths, None
+    flag = frame["gold"].astype(str).str.strip().str.lower().isin(["1", "1.0", "true", "yes"])
+    return truths, pd.Index(frame.loc[flag.to_numpy(), "task"])
+
+
+def _metrics_text(metrics: dict[str, Any]) -> list[str]:
+    """evaluate's table: the scores with the baseline's and the margin beside each, then each
+    class's recall and the confusion matrix."""
+    scores = [
+        k
+        for k, v in metrics.items()
+        if isinstance(v, (int, float))
+        and not k.startswith(("baseline_", "n_predicted"))
+        and not k.endswith("_margin")
+    ]
+    width = max(len(k) for k in scores)
+    lines = []
+    for key in scores:
+        value = metrics[key]
+        if key.startswith("n_"):
+            lines.append(f"{key:>{width}}: {int(value)}")
+            continue
+        line = f"{key:>{width}}: {value:.4f}"
+        if f"baseline_{key}" in metrics:
+            margin = metrics[f"{key}_margin"]
+            line += f"   baseline {metrics[f'baseline_{key}']:.4f}, margin {margin:+.4f}"
+        lines.append(line)
+    if "baseline_label" in metrics:
+        lines.append(
+            f"{'baseline':>{width}}: every task '{metrics['baseline_label']}', "
+            f"{metrics['baseline']}; balanced accuracy's is 1 / classes"
+        )
+    else:
+        lines.append(
+            f"{'baseline':>{width}}: every task {metrics['baseline_value']:.6g}, "
+            f"{metrics['baseline']}; margin: the baseline's error less the method's"
+        )
+        if metrics["mae_margin"] < 0:
+            lines.append(
+                f"note: the constant guess has the smaller mean absolute error "
+                f"({metrics['baseline_mae']:.4g} against {metrics['mae']:.4g}): these truths "
+                "carry less than no information about the tasks' values"
+            )
+    if "recall" in metrics:
+        recall = ", ".join(f"{label} {r:.4f}" for label, r in metrics["recall"].items())
+        lines.append(f"{'recall':>{width}}: {recall}")
+        rows = metrics["confusion"]
+        columns = list(next(iter(rows.values())))
+        cell = max(6, *(len(str(c)) for c in columns), *(len(str(r)) for r in rows))
+        cell = max(cell, *(len(str(n)) for row in rows.values() for n in row.values()))
+        lines.append("confusion (rows: reference, columns: inferred):")
+        lines.append(" " * (cell + 1) + " ".join(f"{c:>{cell}}" for c in columns))
+        for label, row in rows.items():
+            lines.append(f"{label:>{cell}} " + " ".join(f"{n:>{cell}}" for n in row.values()))
+        if metrics["n_predicted_labels"] == 1 and len(rows) > 1:
+            lines.append(
+                f"note: every scored task got one label, so the accuracy is that class's share "
+                f"of the reference and the balanced accuracy {metrics['balanced_accuracy']:.4f}"
+            )
+    return lines
 
 
 @click.group("datasets")

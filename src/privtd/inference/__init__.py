@@ -16,6 +16,7 @@ from .binary_relevance import BinaryRelevance
 from .catd import CATD
 from .crh import CRH
 from .dawid_skene import DawidSkene
+from .decision import DECISIONS, decide
 from .distributed import DISTRIBUTED_METHODS, fit_distributed
 from .glad import GLAD, AwareGLAD
 from .gtm import GTM
@@ -67,6 +68,8 @@ __all__ = [
     "ZenCrowd",
     "AwareZenCrowd",
     "MinimaxEntropy",
+    "decide",
+    "DECISIONS",
     "METHODS",
     "RELEASE_METHODS",
     "AWARE_METHOD",

@@ -38,6 +38,7 @@ from ._base import Estimator, Gold, _check_choice, _check_float, confusion_frame
 from ._channel import compose, flip_law, report_channel
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
+from .decision import check_decision, decision_codes, default_decision
 from .perturbation_aware import TruthStep, majority_orientation
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
@@ -195,6 +196,15 @@ class AwareDawidSkene(Estimator):
         With very few workers per task a learned prior can absorb their bias (one worker alone
         cannot be told from the class balance) and put tasks in the more frequent class;
         "uniform" keeps a lone worker's answers.
+    decision : {None, "map", "balanced"}, default None
+        How ``truths_`` are read from the posteriors (``privtd.inference.decision``): "map" the
+        most probable label (the Bayes decision for accuracy), "balanced" ``argmax mu / prior``
+        (for balanced accuracy). None: "balanced" under a mechanism, "map" without one. Under
+        randomized response on skewed classes with a few answers per task the learned prior can
+        run to where it alone explains the answers (0.999 on a crowd with 88% of its truths one
+        class, three answers a task, one-layer RR at epsilon 1) and every most probable label is
+        then that class; the balanced decision reads the evidence against the prior instead
+        (``docs/inference.md``, "Decisions"). ``probas_`` are the posteriors either way.
     max_iter : int, default 100
         Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
     tol : float or None, default None
@@ -209,9 +219,10 @@ class AwareDawidSkene(Estimator):
 
     Notes
     -----
-    Fitted: ``tol_`` (the tolerance used), ``truths_``, ``probas_``, ``priors_``,
-    ``confusions_`` (each worker's own confusion, the channel taken out; a DataFrame with rows
-    (worker, label given) and columns the true label, as ``DawidSkene``'s), ``weights_``
+    Fitted: ``tol_`` (the tolerance used), ``decision_`` (the decision used), ``truths_``,
+    ``probas_``, ``priors_``, ``confusions_`` (each worker's own confusion, the channel taken
+    out; a DataFrame with rows (worker, label given) and columns the true label, as
+    ``DawidSkene``'s), ``weights_``
     (``weight`` = the prior-weighted own accuracy, ``flip`` = the posterior mean of the worker's
     flip probability, ``observed_accuracy`` = the same for the reports it sent).
     """
@@ -226,6 +237,7 @@ class AwareDawidSkene(Estimator):
         prior_strength: float = 5.0,
         prior_diagonal: float = 0.7,
         class_prior: str = "learned",
+        decision: str | None = None,
         max_iter: int = 100,
         tol: float | None = None,
     ) -> None:
@@ -233,6 +245,7 @@ class AwareDawidSkene(Estimator):
         self.prior_strength = prior_strength
         self.prior_diagonal = prior_diagonal
         self.class_prior = class_prior
+        self.decision = decision
         self.max_iter = max_iter
         self.tol = tol
 
@@ -244,6 +257,7 @@ class AwareDawidSkene(Estimator):
             name, "prior_diagonal", self.prior_diagonal, 0.0, 1.0, low_open=True, high_open=True
         )
         _check_choice(name, "class_prior", self.class_prior, ("learned", "uniform"))
+        check_decision(name, self.decision)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
@@ -282,9 +296,10 @@ class AwareDawidSkene(Estimator):
         self.confusions_ = confusion_frame(answers, pi)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         observed = (q[:, :, None, None] * compose(pi, channel)).sum(axis=1)
+        self.decision_ = default_decision(self.decision, self.mechanism)
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            decision_codes(mu, self.decision_, prior),
             proba=mu,
             weight=(np.diagonal(pi, axis1=1, axis2=2) * prior).sum(axis=1),
             n_iter=n_iter,

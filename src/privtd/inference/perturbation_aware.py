@@ -45,6 +45,7 @@ from ._base import Estimator, Gold, _check_choice, _check_float
 from ._channel import flip_law
 from ._ops import squarem_extrapolate
 from .dawid_skene import EPS, gold_array, soft_majority
+from .decision import check_decision, decision_codes, default_decision
 
 _FLOOR = 1e-12
 FitT = TypeVar("FitT", bound=tuple[Any, ...])
@@ -148,6 +149,10 @@ class AwareOneCoin(Estimator):
         "learned" updates the class prior each iteration, as Dawid-Skene does; with one-coin
         workers it can collapse onto one class (on Duchenne to 0.998, predicting every task 0),
         so the default keeps it uniform.
+    decision : {None, "map", "balanced"}, default None
+        How ``truths_`` are read from the posteriors, as in :class:`AwareDawidSkene`: None is
+        "balanced" under a mechanism, "map" without one. With the uniform class prior the two
+        agree; they differ only with ``class_prior="learned"``.
     max_iter : int, default 100
         Passes over the answers, counting the extrapolation's (see ``docs/inference.md``).
     tol : float, default 1e-5
@@ -156,9 +161,10 @@ class AwareOneCoin(Estimator):
 
     Notes
     -----
-    Fitted: ``truths_``, ``probas_``, ``priors_``, ``weights_`` (``weight`` = posterior mean of
-    the observed accuracy, ``accuracy`` = of the worker's own accuracy ``s_u``, ``log_odds`` =
-    the vote weight), ``accuracy_prior_`` (the learned ``G`` as a Series over the grid).
+    Fitted: ``decision_`` (the decision used), ``truths_``, ``probas_``, ``priors_``,
+    ``weights_`` (``weight`` = posterior mean of the observed accuracy, ``accuracy`` = of the
+    worker's own accuracy ``s_u``, ``log_odds`` = the vote weight), ``accuracy_prior_`` (the
+    learned ``G`` as a Series over the grid).
     """
 
     iterative = True
@@ -172,6 +178,7 @@ class AwareOneCoin(Estimator):
         prior_weight: float = 0.3,
         start: tuple[float, float] = (2.0, 1.0),
         class_prior: str = "uniform",
+        decision: str | None = None,
         max_iter: int = 100,
         tol: float = 1e-5,
     ) -> None:
@@ -180,6 +187,7 @@ class AwareOneCoin(Estimator):
         self.prior_weight = prior_weight
         self.start = start
         self.class_prior = class_prior
+        self.decision = decision
         self.max_iter = max_iter
         self.tol = tol
 
@@ -188,6 +196,7 @@ class AwareOneCoin(Estimator):
         name = type(self).__name__
         _check_float(name, "prior_weight", self.prior_weight, 0.0, 1.0, low_open=True)
         _check_choice(name, "class_prior", self.class_prior, ("uniform", "learned"))
+        check_decision(name, self.decision)
         if not isinstance(self.grid, int) or self.grid < 3:
             raise ValidationError(
                 f"The 'grid' parameter of {name} must be an int >= 3. Got {self.grid!r}."
@@ -242,9 +251,10 @@ class AwareOneCoin(Estimator):
         log_right, log_wrong = expect[:, 0], expect[:, 1]
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         self.accuracy_prior_ = pd.Series(g, index=pd.Index(s, name="accuracy"), name="weight")
+        self.decision_ = default_decision(self.decision, self.mechanism)
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            decision_codes(mu, self.decision_, prior),
             proba=mu,
             weight=expect[:, 2],
             n_iter=n_iter,
