@@ -45,8 +45,9 @@ def _aware_codes(mech: BinaryRR, perturbed: Answers) -> tuple[np.ndarray, np.nda
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return (
-            AwareOneCoin(mech).fit(perturbed)._truth_codes,
-            AwareDawidSkene(mech).fit(perturbed)._truth_codes,
+            # By MAP, as the paper's error rate is read.
+            AwareOneCoin(mech, decision="map").fit(perturbed)._truth_codes,
+            AwareDawidSkene(mech, decision="map").fit(perturbed)._truth_codes,
         )
 
 
