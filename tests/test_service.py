@@ -601,7 +601,9 @@ def test_the_browser_page_perturbs_submits_and_retries(live, browser):
     assert not page.evaluate("isSecureContext")
     page.get_by_text("Mechanism one-layer").wait_for()
     page.get_by_text(
-        "This campaign: epsilon 2.000 per answer. Your ceiling: 3 per answer"
+        "This campaign: epsilon 2.000 per answer alone; if you answer all 5 tasks at once: "
+        "2.000 per answer, given your other 4 answers of the same submission, 10.00 for all 5 "
+        "together. Your ceiling: 3 per answer"
     ).wait_for()
     page.fill("#name", "dana")
     page.click("text=Enrol")

@@ -390,6 +390,58 @@ def test_the_enrol_and_submit_commands_print_both_figures_with_their_units(live,
     assert f"spent epsilon {mech.release_epsilon(10):g} of 1000" in out
 
 
+def test_the_page_refuses_a_two_layer_submission_past_the_ceiling_given_the_others(live, browser):
+    # The attack in the page, against a server that accepts two-layer a = 0, b = 1 over 100
+    # tasks (the creation check lifted, as before the fix). Before: the page checked the stated
+    # epsilon 0 and sent all 100 answers (4.61 each given the other 99), counting 0. After: it
+    # refuses the 100 on its own figure, sends 20 (3.00 each given the others) and counts their
+    # whole release, 12.13, as the server bills it.
+    from unittest import mock
+
+    base, api = live
+    lifted = mock.patch.object(
+        campaigns, "check_campaign_epsilon", lambda *a, **k: (0.0, 0.0), create=True
+    )
+    with lifted:
+        made = make_campaign(
+            api,
+            mechanism="two-layer",
+            epsilon=None,
+            params={"a": 0.0, "b": 1.0},
+            budget=1000.0,
+            tasks=[{"key": f"t{i}"} for i in range(100)],
+        )
+    mech = MECHANISMS["two-layer"](a=0.0, b=1.0, n_labels=2)
+    page = browser.new_page()
+    page.set_default_timeout(20_000)
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    page.goto(f"{base}/collect?campaign={made['id']}&code={invite(api, made['id'])}")
+    page.fill("#name", "ivy")
+    page.click("text=Enrol")
+    page.locator("select[data-task=t99]").wait_for()
+
+    def answer(n):
+        page.evaluate(
+            f"""() => document.querySelectorAll("select[data-task]").forEach(
+                  (s, i) => {{ s.value = i < {n} ? "yes" : ""; }})"""
+        )
+
+    answer(100)
+    page.click("text=Randomize and send")
+    page.get_by_text("epsilon 4.605 per answer, given your other 99 answers").wait_for()
+    page.get_by_text("Send at most 20 per submission").wait_for()
+    assert not [u for u in sent if u.endswith("/submissions")]
+    page.get_by_text("if you answer all 100 tasks at once: 4.605 per answer").wait_for()
+    answer(20)
+    page.click("text=Randomize and send")
+    page.get_by_text("Sent 20 randomized answer(s)").wait_for()
+    state = page.evaluate(f"() => JSON.parse(localStorage.getItem('privtd:{made['id']}'))")
+    assert state["spent"] == pytest.approx(mech.release_epsilon(20), rel=1e-9)
+    ledger = page.evaluate("() => JSON.parse(localStorage.getItem('privtd:ceiling'))")
+    assert sum(ledger["spent"].values()) == pytest.approx(mech.release_epsilon(20), rel=1e-9)
+
+
 # ------------------------------------------------------------------ point 6: enrolment
 def test_self_enrolment_is_refused_by_default():
     out = poison.sybils(n=20)
