@@ -292,6 +292,22 @@ def test_a_two_layer_campaign_with_a_floor_is_accepted_and_billed_per_draw(api):
     assert listed["answer_epsilon"] == pytest.approx(described["answer_epsilon"])
 
 
+def test_a_whole_row_campaign_no_submission_can_carry_is_refused(api):
+    # P3's mechanisms release the whole row in one submission (at most 20,000 reports): a
+    # campaign of more tasks could take no report, and its figures would be those of a release
+    # no submission carries.
+    body = campaign_body(
+        mechanism="krr-null",
+        epsilon=1.0,
+        labels=None,
+        params={"low": 1, "high": 5},
+        tasks=[{"key": f"t{i}"} for i in range(20_001)],
+    )
+    refused = api.post("/campaigns", json=body, headers=AUTH)
+    assert refused.status_code == 422, refused.text
+    assert "at most 20000 reports; this campaign has 20001 tasks" in refused.json()["detail"]
+
+
 def test_the_server_caps_one_submission_per_answer_given_the_others(url):
     # A campaign of 100 two-layer tasks with a = 0, b = 1 made under the old rules (the
     # creation check lifted, as before the fix): a server whose ceiling is 4 takes at most 54

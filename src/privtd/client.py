@@ -201,8 +201,9 @@ class Ceiling:
             return eps
         unit = m.get("unit", "answer")
         name = campaign.get("name", "")
-        fits = largest_release(own_mechanism(campaign), self.per_answer, k)
-        if k > 1 and 0 < fits < k and not campaign.get("whole_row"):
+        splittable = k > 1 and not campaign.get("whole_row")
+        fits = largest_release(own_mechanism(campaign), self.per_answer, k) if splittable else 0
+        if 0 < fits < k:
             raise CeilingExceededError(
                 f"Refused here: sending these {k} answers of campaign {name!r} in one "
                 f"submission (one private draw) means epsilon {eps:.4g} "

@@ -702,6 +702,16 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         if not idempotency_key:
             raise HTTPException(400, "Send an 'Idempotency-Key' header (1-100 characters).")
         digest = hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
+        with engine.connect() as conn:
+            stored = conn.execute(
+                sa.select(t_campaigns.c.mechanism, t_campaigns.c.mechanism_params).where(
+                    t_campaigns.c.id == campaign_id
+                )
+            ).first()
+        if stored is not None:
+            # Two-layer's figures for a large release take seconds: computed (and cached)
+            # here, before the transaction, which holds the database's write lock.
+            campaigns.figures(campaigns.rebuild(*stored), len(body.reports))
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
             who = worker(conn, campaign_id, authorization)

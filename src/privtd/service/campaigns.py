@@ -127,6 +127,12 @@ def check_campaign_epsilon(
     ``worker_ceiling`` through the shared draw alone (above both it and what the mechanism
     states for one answer): a campaign that states a figure default workers accept while
     every one who answers all its tasks at once would refuse it."""
+    if whole_row(mech) and n_tasks > MAX_REPORTS:
+        # Its figures would be those of a release no submission can carry.
+        raise ValidationError(
+            f"{mech.name} releases a worker's whole row in one submission, which carries at "
+            f"most {MAX_REPORTS} reports; this campaign has {n_tasks} tasks. Split it."
+        )
     k = answers_per_draw(mech, n_tasks)
     per, whole = figures(mech, k)
     if not (math.isfinite(per) and per <= max_epsilon * (1 + 1e-9)):  # 1e-9: float rounding
