@@ -51,8 +51,9 @@ def _service() -> Any:
     type=float,
     default=10.0,
     show_default=True,
-    help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
-    "are given (and take no reports for one made under a laxer ceiling).",
+    help="The largest epsilon per answer, given the worker's other answers of the same "
+    "submission (one private draw), however the parameters are given: refuse campaigns past it "
+    "for a worker who answers every task at once, and submissions past it (docs/service.md).",
 )
 @click.option(
     "--dask-scheduler",
@@ -619,7 +620,9 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
 @LEDGER
 @click.option("--state", type=click.Path(dir_okay=False), help="A state file (its ceiling).")
 @click.option(
-    "--per-answer", type=click.FloatRange(min=0, min_open=True), help="New per-answer ceiling."
+    "--per-answer",
+    type=click.FloatRange(min=0, min_open=True),
+    help="New per-answer ceiling (given your other answers of the same submission).",
 )
 @click.option(
     "--lifetime",
@@ -629,8 +632,9 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
 def client_ceiling(
     ledger: str | None, state: str | None, per_answer: float | None, lifetime: float | None
 ) -> None:
-    """Show (or change) your own ceiling: the largest epsilon per answer a campaign may use
-    on your answers, and the total over all your campaigns. Defaults: 3 per answer, 100 in
+    """Show (or change) your own ceiling: the largest epsilon per answer, given your other
+    answers of the same submission, a campaign may use on your answers, and the total over all
+    your campaigns (each submission's whole release, summed). Defaults: 3 per answer, 100 in
     all (docs/service.md says why)."""
     from ..client import Ceiling
 
@@ -641,7 +645,8 @@ def client_ceiling(
     if per_answer is not None or lifetime is not None:
         ceiling.set(per_answer=per_answer, lifetime=lifetime)
     click.echo(
-        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer; lifetime "
+        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer (given your other "
+        f"answers of the same submission); lifetime "
         f"{ceiling.total:.6g} of {ceiling.lifetime:g} spent over {len(ceiling.spent)} campaign(s)"
     )
 
