@@ -471,6 +471,11 @@ def test_requester_and_worker_commands(live, tmp_path, capsys):
     code, out, err = cli(["campaign", "aggregate", base, cid, "-o", str(truths), *token], capsys)
     assert code == 0, err
     assert "18 reports" in err and "per answer" in err
+    assert (
+        "one-layer, epsilon 2 per answer alone; a worker who answers all 3 tasks at once: 2 per "
+        "answer, given its other 2 answers of the same draw, 6 for all 3 together; budget per "
+        "worker epsilon 6 (each submission's whole release, summed)"
+    ) in err, err
     frame = pd.read_csv(truths)
     assert list(frame.columns) == ["task", "truth", "confidence"] and len(frame) == 3
     # Bad input: one line, non-zero exit, nothing created.

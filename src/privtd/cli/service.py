@@ -318,7 +318,8 @@ def _figures(mech: dict[str, Any], worker: bool = False) -> str:
     every task in one submission (one private draw); ``worker``: addressed to the worker."""
     from ..client import per_answer_words
 
-    k, unit = mech["answers_per_draw"], mech["unit"]
+    # A result stored before the figures were kept has the first only.
+    k, unit = mech.get("answers_per_draw", 1), mech["unit"]
     alone = f"epsilon {mech['epsilon']:.4g} per {unit} alone"
     if k <= 1:
         return alone
@@ -405,7 +406,8 @@ def campaign_aggregate(
     privacy = result["privacy"]
     click.echo(
         f"{result['n_reports']} reports, {len(truths)} tasks with answers ({result['method']}); "
-        f"{privacy['guarantee']}; budget per worker epsilon {privacy['budget_per_worker']:g}",
+        f"{privacy['mechanism']}, {_figures(privacy)}; budget per worker epsilon "
+        f"{privacy['budget_per_worker']:g} (each submission's whole release, summed)",
         err=True,
     )
     if "pooled_median_interval" in result:
