@@ -200,6 +200,25 @@ def test_perturb_worker_checks_domain_and_budget():
     assert budget.remaining == pytest.approx(0.5)  # a refused release costs nothing
 
 
+def test_a_budget_charges_each_draw_its_whole_release():
+    # Two-layer's answers of one perturb_worker call share one f_u: the call is charged
+    # release_epsilon(n) (13.15 for 20 answers at stated epsilon 1), not 20 x the marginal 1;
+    # calls are separate draws and add up.
+    mech = TwoLayerRR.from_epsilon(1.0, 2)
+    budget = Budget(30.0)
+    mech.perturb_worker(["no"] * 20, labels=["no", "yes"], budget=budget)
+    assert budget.spent_epsilon == pytest.approx(mech.release_epsilon(20), rel=1e-12)
+    assert budget.spent_epsilon == pytest.approx(13.147, abs=1e-3)
+    mech.perturb_worker(["no"] * 5, labels=["no", "yes"], budget=budget)
+    spent = mech.release_epsilon(20) + mech.release_epsilon(5)
+    assert budget.spent_epsilon == pytest.approx(spent, rel=1e-12)
+    with pytest.raises(BudgetExceededError) as refused:
+        mech.perturb_worker(["no"] * 20, labels=["no", "yes"], budget=budget)
+    message = str(refused.value)
+    assert "\n" not in message and "costs epsilon 13.1468 for all 20 together" in message
+    assert budget.spent_epsilon == pytest.approx(spent, rel=1e-12)
+
+
 def test_worker_totals_bill_the_whole_release():
     data = datasets.load("duchenne")
     totals = worker_totals(data.answers, OneLayerRR.from_epsilon(0.5))

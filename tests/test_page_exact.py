@@ -1,5 +1,6 @@
 """The browser page's numeric releases (src/privtd/service/static/exact.js, through perturb.js),
-run by Node with the same crypto.getRandomValues as a browser.
+run by Node with the same crypto.getRandomValues as a browser; and the privacy figures the page
+computes itself (static/ceiling.js) against privtd.mechanisms'.
 
 - The floating-point consistency attack (Mironov 2012; benchmarks/attacks/float_page.mjs) finds
   no release that rules out a neighbouring answer, over 200,000 releases per mechanism; on the
@@ -30,6 +31,7 @@ NODE = shutil.which("node")
 ROOT = Path(__file__).parents[1]
 EXACT = ROOT / "src" / "privtd" / "service" / "static" / "exact.js"
 PERTURB = ROOT / "src" / "privtd" / "service" / "static" / "perturb.js"
+CEILING = ROOT / "src" / "privtd" / "service" / "static" / "ceiling.js"
 ATTACK = ROOT / "benchmarks" / "attacks" / "float_page.mjs"
 N = 200_000  # releases per mechanism through the page
 N_LAW = 100_000  # draws per law of a sampler
@@ -41,10 +43,11 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node.js to run the b
 
 
 def node(body: str):
-    """Run ``body`` as an ES module with exact.js as E, perturb.js's perturbWorker and the
-    attack module as A; it must write one JSON value to stdout."""
+    """Run ``body`` as an ES module with exact.js as E, perturb.js's perturbWorker, ceiling.js
+    as C and the attack module as A; it must write one JSON value to stdout."""
     program = f"""
     import * as E from {json.dumps(EXACT.as_uri())};
+    import * as C from {json.dumps(CEILING.as_uri())};
     import {{ perturbWorker }} from {json.dumps(PERTURB.as_uri())};
     import * as A from {json.dumps(ATTACK.as_uri())};
     const histogram = (draw, n) => {{
@@ -374,3 +377,140 @@ def test_page_secret_variance_keeps_the_exponential_tail():
     """)
     assert out["v"] > 100 * math.log(2) > 53 * math.log(2)
     assert stats.kstest(np.array(out["draws"]), "expon").pvalue > 1e-6
+
+
+# --- the figures the page computes for k answers under one draw ---------------------------
+
+
+def test_the_page_computes_two_layers_shared_draw_figures_as_python_does():
+    # ceiling.js mirrors privtd.mechanisms._shared_draw: one answer given the other k - 1 of
+    # the same draw, and the whole release, on a grid of (k, s, a, b), to 1e-9 relative (the
+    # two differ only in rounding: numpy's and the page's Gauss-Legendre nodes, summation order).
+    from privtd.mechanisms._shared_draw import shared_flip_epsilons
+
+    grid = [
+        (k, s, a, b)
+        for k in (1, 2, 3, 20, 100, 1000, 20_000)
+        for s in (2, 3, 7)
+        for a, b in ((0.0, 1.0), (0.0, 0.5378828427399902), (0.05, 0.4879), (0.2, 0.2), (0.0, 0.3))
+        if k < 20_000 or (s == 2 and a == 0.0 and b < 0.6)
+    ]
+    out = node(
+        f"process.stdout.write(JSON.stringify({json.dumps(grid)}.map("
+        "([k, s, a, b]) => C.sharedFlipEpsilons(k, s, a, b))));"
+    )
+    for (k, s, a, b), got in zip(grid, out, strict=True):
+        want = shared_flip_epsilons(k, s, a, b)
+        for g, w in zip(got, want, strict=True):
+            assert g == pytest.approx(w, rel=1e-9, abs=1e-12), (k, s, a, b, got, want)
+    # a = b = 0 never flips: infinite, as in Python (JSON writes Infinity as null).
+    assert node("process.stdout.write(JSON.stringify(C.sharedFlipEpsilons(5, 2, 0, 0)));") == [
+        None,
+        None,
+    ]
+
+
+def test_the_page_figures_for_each_served_mechanism_and_fails_closed():
+    # Independent answers: the mechanism's epsilon per answer given the others, k times it for
+    # all k (Python's answer_epsilon / release_epsilon). Two-layer: the shared-draw figures.
+    # exp-gaussian and two-layer-null share a secret draw the page has no figures for: it
+    # refuses them rather than use the server's number.
+    from privtd.mechanisms import make_mechanism
+
+    cases = [
+        ("one-layer", {"epsilon": 1.3, "n_labels": 4}, ["a", "b", "c", "d"]),
+        ("binary-rr", {"epsilon": 0.7}, ["a", "b"]),
+        ("two-layer", {"epsilon": 1.0, "n_labels": 2}, ["a", "b"]),
+        ("two-layer", {"epsilon": 2.0, "n_labels": 3, "a": 0.05}, ["a", "b", "c"]),
+        ("krr-null", {"epsilon": 1.5, "low": 1, "high": 5}, None),
+        ("laplace", {"epsilon": 0.8, "low": 1, "high": 5}, None),
+    ]
+    mechs = []
+    for name, kw, labels in cases:
+        kw = dict(kw)
+        mech = make_mechanism(name, kw.pop("epsilon"), **kw)
+        params = {k: (v.item() if hasattr(v, "item") else v) for k, v in mech.params().items()}
+        mechs.append(({"name": name, "params": params}, labels, mech))
+    refused = [
+        ("exp-gaussian", {"epsilon": 2.5, "low": 0.0, "high": 10.0}),
+        ("two-layer-null", {"epsilon": 1.5, "low": 1, "high": 5}),
+    ]
+    closed = []
+    for name, kw in refused:
+        kw = dict(kw)
+        mech = make_mechanism(name, kw.pop("epsilon"), **kw)
+        params = {k: (v.item() if hasattr(v, "item") else v) for k, v in mech.params().items()}
+        closed.append(
+            {
+                "name": "c",
+                "labels": None,
+                "whole_row": name == "two-layer-null",
+                "n_tasks": 5,
+                "mechanism": {"name": name, "params": params, "epsilon": 0.1, "unit": "answer"},
+            }
+        )
+    out = node(
+        f"""
+        const figures = {json.dumps([[m, labels] for m, labels, _ in mechs])}.map(
+          ([m, labels]) => [1, 7, 30].map((k) => C.releaseFigures(m, labels, k)));
+        const ceiling = C.loadCeiling({{ getItem: () => null }});
+        const refusals = {json.dumps(closed)}.map((c) => C.refuseCampaign(ceiling, c));
+        process.stdout.write(JSON.stringify({{ figures, refusals }}));
+        """
+    )
+    for (m, _, mech), got in zip(mechs, out["figures"], strict=True):
+        for k, fig in zip((1, 7, 30), got, strict=True):
+            assert fig["perAnswer"] == pytest.approx(mech.answer_epsilon(k), rel=1e-9), m
+            assert fig["whole"] == pytest.approx(mech.release_epsilon(k), rel=1e-9), m
+    for reason in out["refusals"]:
+        assert "cannot compute" in reason and "does not take the server's word" in reason
+
+
+def test_the_page_refuses_a_submission_past_the_ceiling_given_the_others():
+    # Two-layer a = 0, b = 1 states epsilon 0: one answer alone passes a ceiling of 3, but 100
+    # answers of one submission keep ln 100 = 4.61 each given the other 99; the page names the
+    # figure and the largest submission within the ceiling (20: ln 20 = 3.00).
+    campaign = {
+        "name": "c",
+        "labels": ["no", "yes"],
+        "whole_row": False,
+        "n_tasks": 100,
+        "mechanism": {
+            "name": "two-layer",
+            "params": {"a": 0.0, "b": 1.0, "n_labels": 2},
+            "epsilon": 0.0,
+            "unit": "answer",
+        },
+    }
+    out = node(
+        f"""
+        const c = {json.dumps(campaign)};
+        const ceiling = C.loadCeiling({{ getItem: () => null }});
+        process.stdout.write(JSON.stringify([1, 20, 21, 100].map(
+          (k) => C.refuseCampaign(ceiling, c, k))));
+        """
+    )
+    assert out[0] is None and out[1] is None
+    assert "epsilon 3.045 per answer, given your other 20 answers" in out[2]
+    assert "epsilon 4.605 per answer, given your other 99 answers" in out[3]
+    assert "Send at most 20 per submission" in out[3]
+
+
+def test_the_page_draws_a_fresh_flip_probability_for_each_submission():
+    # perturbWorker is one submission: two-layer's f_u is drawn once per call and shared by
+    # that call's answers. 20 calls of 2,000 answers under a = 0, b = 1: the calls' flip rates
+    # spread like U(0, 1) (variance 1/12), not one f_u's binomial noise (at most 1.25e-4); the
+    # sample variance of 20 uniforms is below 0.01 with probability under 1e-9.
+    mechanism = {"name": "two-layer", "params": {"a": 0.0, "b": 1.0, "n_labels": 2}}
+    out = node(
+        f"""
+        const answers = Object.fromEntries(
+          Array.from({{ length: 2000 }}, (_, i) => [`t${{i}}`, "no"]));
+        const rates = Array.from({{ length: 20 }}, () => {{
+          const out = perturbWorker({json.dumps(mechanism)}, answers, ["no", "yes"]);
+          return out.filter(([, v]) => v === "yes").length / out.length;
+        }});
+        process.stdout.write(JSON.stringify(rates));
+        """
+    )
+    assert np.var(out, ddof=1) > 0.01, out

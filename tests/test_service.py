@@ -471,6 +471,11 @@ def test_requester_and_worker_commands(live, tmp_path, capsys):
     code, out, err = cli(["campaign", "aggregate", base, cid, "-o", str(truths), *token], capsys)
     assert code == 0, err
     assert "18 reports" in err and "per answer" in err
+    assert (
+        "one-layer, epsilon 2 per answer alone; a worker who answers all 3 tasks at once: 2 per "
+        "answer, given its other 2 answers of the same draw, 6 for all 3 together; budget per "
+        "worker epsilon 6 (each submission's whole release, summed)"
+    ) in err, err
     frame = pd.read_csv(truths)
     assert list(frame.columns) == ["task", "truth", "confidence"] and len(frame) == 3
     # Bad input: one line, non-zero exit, nothing created.
@@ -601,7 +606,9 @@ def test_the_browser_page_perturbs_submits_and_retries(live, browser):
     assert not page.evaluate("isSecureContext")
     page.get_by_text("Mechanism one-layer").wait_for()
     page.get_by_text(
-        "This campaign: epsilon 2.000 per answer. Your ceiling: 3 per answer"
+        "This campaign: epsilon 2.000 per answer alone; if you answer all 5 tasks at once: "
+        "2.000 per answer, given your other 4 answers of the same submission, 10.00 for all 5 "
+        "together. Your ceiling: 3 per answer"
     ).wait_for()
     page.fill("#name", "dana")
     page.click("text=Enrol")

@@ -26,6 +26,7 @@ import service_absurd_epsilon as absurd  # noqa: E402
 import service_enrol_names as enrol_names  # noqa: E402
 import service_off_grid as off_grid  # noqa: E402
 import service_poison as poison  # noqa: E402
+import service_two_layer_ceiling as shared  # noqa: E402
 
 import privtd.client as pc  # noqa: E402  (read at run time: each test fails on its own before)
 import test_service as svc  # noqa: E402
@@ -224,6 +225,239 @@ def test_the_page_shows_the_epsilon_and_refuses_above_the_ceiling(live, browser)
     page.select_option("select[data-task=t2]", "")
     page.click("text=Randomize and send")
     page.get_by_text("Sent 2 randomized answer(s)").wait_for()
+
+
+# ------------------------------------------------- two-layer: answers that share one draw
+def test_a_two_layer_campaign_past_the_ceilings_through_its_shared_draw_is_refused():
+    # The attack: two-layer over 100 tasks with a = 0, b = 1 states epsilon 0 per answer (and
+    # at stated 1, a = 0, epsilon 1), but a worker answering all 100 in one submission keeps
+    # 4.61 per answer given its other 99 (the mechanism's exact figure). Before the fix the
+    # server made both campaigns and a default worker (ceiling 3) sent all 100, billed 0 (or
+    # 100 against a true 67.2).
+    for case in shared.CASES.values():
+        truth = shared.true_figures(case)
+        assert truth["per_answer_given_others"] == pytest.approx(math.log(100), abs=1e-3)
+        made = shared.creation(case)
+        assert made["status"] == 422, made
+        assert "epsilon 4.605 per answer, given the worker's other 99" in made["detail"]
+        assert "default ceiling of 3" in made["detail"] and "at most 20 tasks" in made["detail"]
+        # A server that accepts it anyway: the worker refuses the 100-answer submission before
+        # perturbing, and sent 20 at a time (each a fresh draw: 3.00 per answer given the
+        # others) every draw is billed its whole release, by the server and in its state.
+        out = shared.worker_side(case)
+        assert "epsilon 4.605 per answer, given your other 99" in out["refused"]
+        assert "Send at most 20 per submission" in out["refused"]
+        assert out["largest_batch"] == 20 and out["per_answer_given_others"] <= 3.0
+        assert [b["n"] for b in out["batches"]] == [20] * 5
+        twenty = shared.true_figures(case, 20)["all_together"]
+        for b in out["batches"]:
+            assert b["billed"] == pytest.approx(twenty, rel=1e-9)
+        assert out["server_spent"] == pytest.approx(5 * twenty, rel=1e-9)
+        assert out["worker_spent"] == pytest.approx(5 * twenty, rel=1e-9)
+
+
+def test_a_two_layer_campaign_with_a_floor_is_accepted_and_billed_per_draw(api):
+    # What the refusal says to do: a flip probability in [0.0474, 0.953] keeps one answer
+    # within 3 whatever the task count. Stated 1, a = 0.05: 2.76 per answer given 99 others,
+    # under the floor's bound ln(0.95 / 0.05) = 2.94.
+    made = make_campaign(
+        api,
+        mechanism="two-layer",
+        epsilon=1.0,
+        params={"a": 0.05},
+        budget=1000.0,
+        tasks=[{"key": f"t{i}"} for i in range(100)],
+    )
+    mech = MECHANISMS["two-layer"](**made["mechanism"]["params"])
+    described = made["mechanism"]
+    assert described["answers_per_draw"] == 100
+    assert described["answer_epsilon"] == pytest.approx(mech.answer_epsilon(100), rel=1e-12)
+    assert described["release_epsilon"] == pytest.approx(mech.release_epsilon(100), rel=1e-12)
+    assert described["epsilon"] == pytest.approx(1.0)
+    assert 1.0 < described["answer_epsilon"] <= math.log(0.95 / 0.05)
+    alice = enrol(api, made["id"], "alice")
+    body = submission(["yes"] * 30, params=made["mechanism"]["params"])
+    body["mechanism"]["name"] = "two-layer"
+    first = post(api, made["id"], body, alice).json()
+    # One submission is one draw: billed its whole release, not 30 times one answer's.
+    assert first["epsilon"] == pytest.approx(mech.release_epsilon(30), rel=1e-12)
+    assert first["epsilon"] != pytest.approx(30 * mech.epsilon)
+    rest = submission(
+        ["no"] * 70, tasks=[f"t{i}" for i in range(30, 100)], params=body["mechanism"]["params"]
+    )
+    rest["mechanism"]["name"] = "two-layer"
+    second = post(api, made["id"], rest, alice, key="k2").json()
+    # Separate submissions are separate draws: their costs add up.
+    total = mech.release_epsilon(30) + mech.release_epsilon(70)
+    assert second["spent_epsilon"] == pytest.approx(total, rel=1e-12)
+    listed = api.get("/campaigns", headers=AUTH).json()[0]
+    assert listed["answer_epsilon"] == pytest.approx(described["answer_epsilon"])
+
+
+def test_a_whole_row_campaign_no_submission_can_carry_is_refused(api):
+    # P3's mechanisms release the whole row in one submission (at most 20,000 reports): a
+    # campaign of more tasks could take no report, and its figures would be those of a release
+    # no submission carries.
+    body = campaign_body(
+        mechanism="krr-null",
+        epsilon=1.0,
+        labels=None,
+        params={"low": 1, "high": 5},
+        tasks=[{"key": f"t{i}"} for i in range(20_001)],
+    )
+    refused = api.post("/campaigns", json=body, headers=AUTH)
+    assert refused.status_code == 422, refused.text
+    assert "at most 20000 reports; this campaign has 20001 tasks" in refused.json()["detail"]
+
+
+def test_the_server_caps_one_submission_per_answer_given_the_others(url):
+    # A campaign of 100 two-layer tasks with a = 0, b = 1 made under the old rules (the
+    # creation check lifted, as before the fix): a server whose ceiling is 4 takes at most 54
+    # reports per submission (ln 54 = 3.99 per answer given the others), and bills what it
+    # takes by each draw's whole release.
+    from unittest import mock
+
+    from fastapi.testclient import TestClient
+
+    from privtd.service import create_app
+
+    app = create_app(url, requester_token=REQUESTER, max_epsilon=4.0)
+    lifted = mock.patch.object(
+        campaigns, "check_campaign_epsilon", lambda *a, **k: (0.0, 0.0), create=True
+    )
+    with TestClient(app) as client, lifted:
+        client.app_state = app.state
+        made = make_campaign(
+            client,
+            mechanism="two-layer",
+            epsilon=None,
+            params={"a": 0.0, "b": 1.0},
+            budget=1000.0,
+            tasks=[{"key": f"t{i}"} for i in range(100)],
+        )
+        assert made["mechanism"]["epsilon"] == 0.0
+        bob = enrol(client, made["id"], "bob")
+        params = made["mechanism"]["params"]
+
+        def send(n, start, key):
+            tasks = [f"t{i}" for i in range(start, start + n)]
+            body = submission(["yes"] * n, tasks=tasks, params=params)
+            body["mechanism"]["name"] = "two-layer"
+            return post(client, made["id"], body, bob, key=key)
+
+        refused = send(100, 0, "all")
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        assert "epsilon 4.60517 per answer, given the worker's other 99" in detail
+        assert "ceiling of 4" in detail and "at most 54 reports per submission" in detail
+        taken = send(54, 0, "some")
+        assert taken.status_code == 201, taken.text
+        mech = MECHANISMS["two-layer"](a=0.0, b=1.0, n_labels=2)
+        assert taken.json()["epsilon"] == pytest.approx(mech.release_epsilon(54), rel=1e-12)
+        assert taken.json()["epsilon"] > 30  # billed 0 before the fix
+    app.state.engine.dispose()
+
+
+def test_each_submission_draws_its_own_flip_probability():
+    # The client perturbs each submission with one perturb_worker call and rng=None: a fresh
+    # f_u per call, shared by that call's answers only. 20 calls of 2,000 answers under
+    # two-layer a = 0, b = 1: the calls' flip rates spread like U(0, 1) (variance 1/12), not
+    # like one f_u's binomial noise (variance at most 0.25 / 2000 = 1.25e-4). The sample
+    # variance of 20 uniforms is below 0.01 with probability under 1e-9.
+    mech = MECHANISMS["two-layer"](a=0.0, b=1.0, n_labels=2)
+    rates = [
+        np.mean(np.array(mech.perturb_worker(["no"] * 2000, labels=["no", "yes"])) == "yes")
+        for _ in range(20)
+    ]
+    assert np.var(rates, ddof=1) > 0.01, rates
+    # Within one call the answers share f_u: each call's rate is one f_u's binomial mean,
+    # so two halves of one call agree within the binomial noise (6 sigma of 1,000 draws).
+    out = np.array(mech.perturb_worker(["no"] * 2000, labels=["no", "yes"])) == "yes"
+    assert abs(out[:1000].mean() - out[1000:].mean()) <= 6 * math.sqrt(0.25 / 1000) * math.sqrt(2)
+
+
+def test_the_enrol_and_submit_commands_print_both_figures_with_their_units(live, tmp_path, capsys):
+    base, api = live
+    made = make_campaign(
+        api,
+        mechanism="two-layer",
+        epsilon=1.0,
+        params={"a": 0.05},
+        budget=1000.0,
+        tasks=[{"key": f"t{i}"} for i in range(100)],
+    )
+    mech = MECHANISMS["two-layer"](**made["mechanism"]["params"])
+    state = str(tmp_path / "w.json")
+    enrol_cmd = ["client", "enrol", base, made["id"], "--name", "w", "--state", state]
+    code, _, err = cli([*enrol_cmd, "--code", invite(api, made["id"])], capsys)
+    assert code == 0, err
+    assert "epsilon 1 per answer alone" in err
+    assert (
+        f"if you answer all 100 tasks at once: {mech.answer_epsilon(100):.4g} per answer, given "
+        f"your other 99 answers of the same draw, {mech.release_epsilon(100):.4g} for all 100 "
+        "together"
+    ) in err
+    answers = tmp_path / "a.csv"
+    answers.write_text("task,answer\n" + "".join(f"t{i},yes\n" for i in range(10)))
+    code, out, err = cli(["client", "submit", str(answers), "--state", state], capsys)
+    assert code == 0, err
+    assert (
+        f"this submission (one draw): epsilon {mech.answer_epsilon(10):.4g} per answer, given "
+        f"your other 9 answers of the same draw, {mech.release_epsilon(10):.4g} for all 10"
+    ) in err
+    assert f"spent epsilon {mech.release_epsilon(10):g} of 1000" in out
+
+
+def test_the_page_refuses_a_two_layer_submission_past_the_ceiling_given_the_others(live, browser):
+    # The attack in the page, against a server that accepts two-layer a = 0, b = 1 over 100
+    # tasks (the creation check lifted, as before the fix). Before: the page checked the stated
+    # epsilon 0 and sent all 100 answers (4.61 each given the other 99), counting 0. After: it
+    # refuses the 100 on its own figure, sends 20 (3.00 each given the others) and counts their
+    # whole release, 12.13, as the server bills it.
+    from unittest import mock
+
+    base, api = live
+    lifted = mock.patch.object(
+        campaigns, "check_campaign_epsilon", lambda *a, **k: (0.0, 0.0), create=True
+    )
+    with lifted:
+        made = make_campaign(
+            api,
+            mechanism="two-layer",
+            epsilon=None,
+            params={"a": 0.0, "b": 1.0},
+            budget=1000.0,
+            tasks=[{"key": f"t{i}"} for i in range(100)],
+        )
+    mech = MECHANISMS["two-layer"](a=0.0, b=1.0, n_labels=2)
+    page = browser.new_page()
+    page.set_default_timeout(20_000)
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    page.goto(f"{base}/collect?campaign={made['id']}&code={invite(api, made['id'])}")
+    page.fill("#name", "ivy")
+    page.click("text=Enrol")
+    page.locator("select[data-task=t99]").wait_for()
+
+    def answer(n):
+        page.evaluate(
+            f"""() => document.querySelectorAll("select[data-task]").forEach(
+                  (s, i) => {{ s.value = i < {n} ? "yes" : ""; }})"""
+        )
+
+    answer(100)
+    page.click("text=Randomize and send")
+    page.get_by_text("epsilon 4.605 per answer, given your other 99 answers").wait_for()
+    page.get_by_text("Send at most 20 per submission").wait_for()
+    assert not [u for u in sent if u.endswith("/submissions")]
+    page.get_by_text("if you answer all 100 tasks at once: 4.605 per answer").wait_for()
+    answer(20)
+    page.click("text=Randomize and send")
+    page.get_by_text("Sent 20 randomized answer(s)").wait_for()
+    state = page.evaluate(f"() => JSON.parse(localStorage.getItem('privtd:{made['id']}'))")
+    assert state["spent"] == pytest.approx(mech.release_epsilon(20), rel=1e-9)
+    ledger = page.evaluate("() => JSON.parse(localStorage.getItem('privtd:ceiling'))")
+    assert sum(ledger["spent"].values()) == pytest.approx(mech.release_epsilon(20), rel=1e-9)
 
 
 # ------------------------------------------------------------------ point 6: enrolment

@@ -236,8 +236,12 @@ def test_campaign_list_status_and_export_commands(live, tmp_path, capsys):
     code, out, err = cli(["campaign", "list", base, *token], capsys)
     assert code == 0, err
     header, row = out.splitlines()
-    assert header.split() == ["id", "name", "mechanism", "epsilon", "workers", "reports", "state"]
-    assert row.split() == [cid, "smiles", "one-layer", "1/answer", "1", "3", "collecting"]
+    assert header.split() == [
+        "id", "name", "mechanism", "epsilon", "all-tasks", "workers", "reports", "state"
+    ]  # fmt: skip
+    # Per answer given the others, and all 20 together, for a worker answering all 20 at once.
+    assert row.split() == [cid, "smiles", "one-layer", "1/answer", "20/20", "1", "3", "collecting"]
+    assert "per answer (or cell...), given the worker's other answers" in err
     code, out, err = cli(["campaign", "list", base, "--json", *token], capsys)
     assert code == 0 and json.loads(out)[0]["reports"] == 3, err
     code, out, err = cli(["campaign", "status", base, cid, *token], capsys)

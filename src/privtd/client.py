@@ -19,10 +19,19 @@ server stores a key's reports once. A submission the server refuses for good (a 
 as spent all the same, since the server received it, and dropped from the state: it is never
 sent again (``Worker.resend``).
 
+Each :meth:`Worker.submit` is one release under one private draw: the mechanism's
+``perturb_worker`` runs once, with fresh randomness from the operating system, so two-layer's
+flip probability ``f_u`` (exp-gaussian's variance, two-layer-null's budget) is drawn afresh for
+each submission and shared by that submission's answers only (the page does the same). The
+figures apply per draw: a submission of ``n`` answers keeps ``answer_epsilon(n)`` per answer,
+given the worker's other answers (those of other submissions are independent of it), and costs
+``release_epsilon(n)`` for all ``n`` together; submissions add up.
+
 The worker's own ceiling (:class:`Ceiling`, a JSON file next to the state files unless told
-otherwise) caps the epsilon per answer of any campaign the worker joins and the total epsilon
-spent over all its campaigns; the client refuses a campaign or a submission past it before
-enrolling, perturbing or sending anything, whatever the server says.
+otherwise) caps the epsilon per answer, given the worker's other answers of the same draw, of
+what the worker sends, and the total epsilon spent over all its campaigns; the client refuses a
+campaign or a submission past it before enrolling, perturbing or sending anything, computing
+every figure from the natural parameters it perturbs with, whatever the server says.
 """
 
 from __future__ import annotations
@@ -40,6 +49,10 @@ from .errors import BudgetExceededError, PrivtdError, ValidationError
 from .mechanisms import MECHANISMS, Budget
 from .mechanisms._base import Mechanism
 
+#: The most reports one submission may carry (the server's limit): the most answers a worker
+#: releases under one draw, unless the mechanism releases the whole row.
+MAX_REPORTS = 20_000
+
 #: The worker's defaults (docs/service.md, "The worker's ceiling"). Per answer: at epsilon 3,
 #: randomized response over two labels still sends the wrong label with probability 0.047, so
 #: a report is evidence, not a confession; past it the noise hides little (e^3 = 20-fold odds).
@@ -53,6 +66,56 @@ LEDGER_NAME = "privtd-ledger.json"
 
 class CeilingExceededError(BudgetExceededError):
     """A campaign or a submission is past the worker's own ceiling; nothing was sent."""
+
+
+def own_mechanism(campaign: Mapping[str, Any]) -> Mechanism:
+    """The mechanism the device perturbs with, built from the campaign's natural parameters:
+    every figure the client checks comes from it, never from the figures the server states."""
+    m = campaign["mechanism"]
+    return MECHANISMS[m["name"]](**m["params"])
+
+
+def least_release(campaign: Mapping[str, Any]) -> int:
+    """The fewest answers one submission releases: one, or the whole row (P3's mechanisms)."""
+    return int(campaign["n_tasks"]) if campaign.get("whole_row") else 1
+
+
+def most_release(campaign: Mapping[str, Any]) -> int:
+    """The most answers one submission releases: every task (at most :data:`MAX_REPORTS`), or
+    the whole row (P3's mechanisms)."""
+    n = int(campaign["n_tasks"])
+    return n if campaign.get("whole_row") else min(n, MAX_REPORTS)
+
+
+def largest_release(mech: Mechanism, ceiling: float, k: int) -> int:
+    """The largest ``j <= k`` whose per-answer figure ``answer_epsilon(j)`` is within
+    ``ceiling`` (0 if none); it grows with ``j`` where answers share a draw."""
+
+    def within(j: int) -> bool:
+        return mech.answer_epsilon(j) <= ceiling * (1 + 1e-9)
+
+    # Doubling, then halving: the figures of large releases, the costly ones, are computed
+    # only near the answer.
+    lo, hi = 0, 1
+    while hi < k and within(hi):
+        lo, hi = hi, min(2 * hi, k)
+    if hi == k and within(k):
+        return k
+    hi -= 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if within(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def per_answer_words(unit: str, k: int, whose: str = "the worker's") -> str:
+    """The unit of ``answer_epsilon(k)``, in words."""
+    if k <= 1:
+        return f"per {unit}"
+    return f"per {unit}, given {whose} other {k - 1} {unit}s of the same draw"
 
 
 class Ceiling:
@@ -117,29 +180,44 @@ class Ceiling:
         """Epsilon spent (or about to be sent) over every campaign."""
         return float(sum(self.spent.values()))
 
-    def check_campaign(self, campaign: Mapping[str, Any]) -> float:
-        """The campaign's epsilon per answer; CeilingExceededError if it is not a finite
-        number within the per-answer ceiling."""
+    def check_campaign(self, campaign: Mapping[str, Any], k: int | None = None) -> float:
+        """The epsilon per answer, given the worker's other ``k - 1`` answers of the same draw,
+        of releasing ``k`` of the campaign's answers in one submission (None: the fewest one
+        submission releases, :func:`least_release`); CeilingExceededError if it is not a
+        finite number within the per-answer ceiling."""
         self.refresh()
         m = campaign["mechanism"]
         try:
-            eps = float(m["epsilon"])
-            # The client recomputes the epsilon from the natural parameters it will perturb
-            # with, rather than trust the figure the server states next to them.
-            own = float(MECHANISMS[m["name"]](**m["params"]).guarantee.epsilon)
-        except (KeyError, TypeError, ValueError) as exc:
+            k = least_release(campaign) if k is None else int(k)
+            # The figure the device's own parameters mean, not the one the server states
+            # next to them (that one can only make the check stricter).
+            own = float(own_mechanism(campaign).answer_epsilon(k))
+            eps = max(float(m["epsilon"]), own)
+        except (KeyError, TypeError, ValueError, PrivtdError) as exc:
             raise CeilingExceededError(
                 f"Cannot tell this campaign's epsilon ({exc}); refusing it."
             ) from None
-        eps = max(eps, own)
-        if not eps <= self.per_answer * (1 + 1e-9):  # NaN refused too; 1e-9: float rounding
+        if eps <= self.per_answer * (1 + 1e-9):  # NaN refused too; 1e-9: float rounding
+            return eps
+        unit = m.get("unit", "answer")
+        name = campaign.get("name", "")
+        splittable = k > 1 and not campaign.get("whole_row")
+        fits = largest_release(own_mechanism(campaign), self.per_answer, k) if splittable else 0
+        if 0 < fits < k:
             raise CeilingExceededError(
-                f"Refused here: campaign {campaign.get('name', '')!r} perturbs with epsilon "
-                f"{eps:.4g} per {m.get('unit', 'answer')}, above your ceiling of "
-                f"{self.per_answer:g} ({self.path}); nothing was sent. Raise it with "
-                "'privtd client ceiling --per-answer X' only if you accept that."
+                f"Refused here: sending these {k} answers of campaign {name!r} in one "
+                f"submission (one private draw) means epsilon {eps:.4g} "
+                f"{per_answer_words(unit, k, 'your')}, above your ceiling of "
+                f"{self.per_answer:g} ({self.path}); nothing was perturbed or sent. Send at most "
+                f"{fits} per submission (each submission draws afresh), or raise the ceiling "
+                "with 'privtd client ceiling --per-answer X' only if you accept that."
             )
-        return eps
+        raise CeilingExceededError(
+            f"Refused here: campaign {name!r} perturbs with epsilon {eps:.4g} "
+            f"{per_answer_words(unit, k, 'your')}, above your ceiling of {self.per_answer:g} "
+            f"({self.path}); nothing was sent. Raise it with 'privtd client ceiling "
+            "--per-answer X' only if you accept that."
+        )
 
     def check_spend(self, key: str, campaign_total: float) -> None:
         """CeilingExceededError if spending up to ``campaign_total`` in campaign ``key`` would
@@ -293,8 +371,16 @@ class Worker:
 
     @property
     def epsilon(self) -> float:
-        """The campaign's epsilon per answer, checked against the worker's ceiling."""
+        """The campaign's epsilon per answer for the fewest answers one submission releases
+        (one, or the whole row), checked against the worker's ceiling."""
         return self.ceiling.check_campaign(self.campaign())
+
+    def figures(self, n: int) -> tuple[float, float]:
+        """(epsilon per answer given the worker's other ``n - 1`` answers of the draw, epsilon
+        of all ``n`` together) of one submission of ``n`` answers, computed here from the
+        parameters the device perturbs with."""
+        mech = self.mechanism()
+        return float(mech.answer_epsilon(n)), float(mech.release_epsilon(n))
 
     @property
     def _ledger_key(self) -> str:
@@ -314,14 +400,15 @@ class Worker:
         if not answers:
             raise ValidationError("No answers to send.")
         campaign = self.campaign()
-        # The worker's own ceiling, before anything is perturbed: the campaign's epsilon per
-        # answer (recomputed from the parameters the device will use), then the lifetime total.
-        self.ceiling.check_campaign(campaign)
         mech = self.mechanism()
         n = len(self.tasks()) if campaign["whole_row"] else len(answers)
+        # The worker's own ceiling, before anything is perturbed, for these n answers under one
+        # draw (figures recomputed from the parameters the device will use): per answer given
+        # the others, then the lifetime total with the whole release's cost.
+        self.ceiling.check_campaign(campaign, n)
         self.ceiling.check_spend(
             self._ledger_key,
-            float(self.state["spent_epsilon"]) + mech.guarantee.epsilon * n,
+            float(self.state["spent_epsilon"]) + float(mech.release_epsilon(n)),
         )
         budget = Budget(float(self.state["budget"]))
         budget.spent_epsilon = float(self.state["spent_epsilon"])

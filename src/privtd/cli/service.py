@@ -51,8 +51,9 @@ def _service() -> Any:
     type=float,
     default=10.0,
     show_default=True,
-    help="Refuse campaigns whose epsilon per answer is above this, however their parameters "
-    "are given (and take no reports for one made under a laxer ceiling).",
+    help="The largest epsilon per answer, given the worker's other answers of the same "
+    "submission (one private draw), however the parameters are given: refuse campaigns past it "
+    "for a worker who answers every task at once, and submissions past it (docs/service.md).",
 )
 @click.option(
     "--dask-scheduler",
@@ -352,9 +353,26 @@ def campaign_create(
     if made.get("warning"):
         click.echo(f"privtd: warning: {made['warning']}", err=True)
     click.echo(
-        f"{len(tasks)} tasks, {made['mechanism']['guarantee']}, method {made['method']}; "
-        f"workers open {url.rstrip('/')}/collect?campaign={made['id']}",
+        f"{len(tasks)} tasks, {made['mechanism']['name']} ({_figures(made['mechanism'])}), "
+        f"method {made['method']}; workers open {url.rstrip('/')}/collect?campaign={made['id']}",
         err=True,
+    )
+
+
+def _figures(mech: dict[str, Any], worker: bool = False) -> str:
+    """A campaign's epsilons, each with its unit: one answer alone, and a worker who answers
+    every task in one submission (one private draw); ``worker``: addressed to the worker."""
+    from ..client import per_answer_words
+
+    # A result stored before the figures were kept has the first only.
+    k, unit = mech.get("answers_per_draw", 1), mech["unit"]
+    alone = f"epsilon {mech['epsilon']:.4g} per {unit} alone"
+    if k <= 1:
+        return alone
+    who, own = ("if you answer", "your") if worker else ("a worker who answers", "its")
+    return (
+        f"{alone}; {who} all {k} tasks at once: {mech['answer_epsilon']:.4g} "
+        f"{per_answer_words(unit, k, own)}, {mech['release_epsilon']:.4g} for all {k} together"
     )
 
 
@@ -436,7 +454,8 @@ def campaign_aggregate(
     privacy = result["privacy"]
     click.echo(
         f"{result['n_reports']} reports, {len(truths)} tasks with answers ({result['method']}); "
-        f"{privacy['guarantee']}; budget per worker epsilon {privacy['budget_per_worker']:g}",
+        f"{privacy['mechanism']}, {_figures(privacy)}; budget per worker epsilon "
+        f"{privacy['budget_per_worker']:g} (each submission's whole release, summed)",
         err=True,
     )
     if "pooled_median_interval" in result:
@@ -473,7 +492,7 @@ def campaign_list(url: str, as_json: bool, token: str) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    header = ["id", "name", "mechanism", "epsilon", "workers", "reports", "state"]
+    header = ["id", "name", "mechanism", "epsilon", "all-tasks", "workers", "reports", "state"]
     click.echo(
         _table(
             header,
@@ -482,7 +501,8 @@ def campaign_list(url: str, as_json: bool, token: str) -> None:
                     r["id"],
                     r["name"],
                     r["mechanism"],
-                    f"{r['epsilon']:.4g}/{r['unit']}",
+                    f"{r['answer_epsilon']:.4g}/{r['unit']}",
+                    f"{r['release_epsilon']:.4g}/{r['answers_per_draw']}",
                     str(r["workers"]),
                     str(r["reports"]),
                     r["state"],
@@ -492,7 +512,12 @@ def campaign_list(url: str, as_json: bool, token: str) -> None:
         ),
         nl=False,
     )
-    click.echo(f"{len(rows)} campaign(s)", err=True)
+    click.echo(
+        f"{len(rows)} campaign(s); epsilon: per answer (or cell...), given the worker's other "
+        "answers, for a worker who answers every task in one submission; all-tasks: those N "
+        "answers together (epsilon/N)",
+        err=True,
+    )
 
 
 @campaign.command("status")
@@ -617,15 +642,25 @@ def client_enrol(
 
 def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
     """Shows the campaign's epsilon and the worker's ceiling before anything is sent."""
-    from ..client import Worker
+    from ..client import Worker, most_release, own_mechanism
 
     # Refused here (CeilingExceededError, one line) when above the ceiling: nothing was sent.
     campaign, ceiling = Worker.preview(url, campaign_id, state, ledger)
-    mech = campaign["mechanism"]
+    # The figures the device's own parameters mean, not the server's.
+    own = own_mechanism(campaign)
+    k = most_release(campaign)
+    mech = {
+        "unit": campaign["mechanism"]["unit"],
+        "epsilon": own.answer_epsilon(1),
+        "answers_per_draw": k,
+        "answer_epsilon": own.answer_epsilon(k),
+        "release_epsilon": own.release_epsilon(k),
+    }
     click.echo(
-        f"campaign {campaign['name']!r}: {mech['name']}, epsilon {mech['epsilon']:.4g} per "
-        f"{mech['unit']} ({mech['guarantee']}); your ceiling: {ceiling.per_answer:g} per "
-        f"answer, lifetime {ceiling.total:.4g} of {ceiling.lifetime:g} spent ({ceiling.path})",
+        f"campaign {campaign['name']!r}: {campaign['mechanism']['name']}, "
+        f"{_figures(mech, worker=True)}; your ceiling: {ceiling.per_answer:g} per answer (given "
+        f"your other answers of the same submission), lifetime {ceiling.total:.4g} of "
+        f"{ceiling.lifetime:g} spent ({ceiling.path})",
         err=True,
     )
     return campaign, ceiling
@@ -635,7 +670,9 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
 @LEDGER
 @click.option("--state", type=click.Path(dir_okay=False), help="A state file (its ceiling).")
 @click.option(
-    "--per-answer", type=click.FloatRange(min=0, min_open=True), help="New per-answer ceiling."
+    "--per-answer",
+    type=click.FloatRange(min=0, min_open=True),
+    help="New per-answer ceiling (given your other answers of the same submission).",
 )
 @click.option(
     "--lifetime",
@@ -645,8 +682,9 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
 def client_ceiling(
     ledger: str | None, state: str | None, per_answer: float | None, lifetime: float | None
 ) -> None:
-    """Show (or change) your own ceiling: the largest epsilon per answer a campaign may use
-    on your answers, and the total over all your campaigns. Defaults: 3 per answer, 100 in
+    """Show (or change) your own ceiling: the largest epsilon per answer, given your other
+    answers of the same submission, a campaign may use on your answers, and the total over all
+    your campaigns (each submission's whole release, summed). Defaults: 3 per answer, 100 in
     all (docs/service.md says why)."""
     from ..client import Ceiling
 
@@ -657,7 +695,8 @@ def client_ceiling(
     if per_answer is not None or lifetime is not None:
         ceiling.set(per_answer=per_answer, lifetime=lifetime)
     click.echo(
-        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer; lifetime "
+        f"{ceiling.path}: at most epsilon {ceiling.per_answer:g} per answer (given your other "
+        f"answers of the same submission); lifetime "
         f"{ceiling.total:.6g} of {ceiling.lifetime:g} spent over {len(ceiling.spent)} campaign(s)"
     )
 
@@ -681,12 +720,19 @@ def client_submit(answers: str, state: str) -> None:
         raise ValidationError(f"{answers} names a task more than once; one answer per task.")
     if frame["answer"].isna().any():
         raise ValidationError(f"{answers} has empty answers; drop those rows.")
+    from ..client import per_answer_words
+
     worker = Worker(state)
-    mech = worker.campaign()["mechanism"]
+    campaign = worker.campaign()
+    n = int(campaign["n_tasks"]) if campaign["whole_row"] else len(frame)
+    per, whole = worker.figures(n)
+    unit = campaign["mechanism"]["unit"]
+    # Computed here from the parameters this machine perturbs with; the ceiling is checked on
+    # the same figures before anything is perturbed.
     click.echo(
-        f"campaign epsilon {worker.epsilon:.4g} per {mech['unit']}; your ceiling "
-        f"{worker.ceiling.per_answer:g}, lifetime {worker.ceiling.total:.4g} of "
-        f"{worker.ceiling.lifetime:g} spent",
+        f"this submission (one draw): epsilon {per:.4g} {per_answer_words(unit, n, 'your')}, "
+        f"{whole:.4g} for all {n} together; your ceiling {worker.ceiling.per_answer:g} per "
+        f"answer, lifetime {worker.ceiling.total:.4g} of {worker.ceiling.lifetime:g} spent",
         err=True,
     )
     values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]

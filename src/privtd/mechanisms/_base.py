@@ -55,7 +55,14 @@ def _check_release_size(k: int) -> None:
 
 class Budget:
     """A worker's privacy budget: refuses, before anything is perturbed, a release that would
-    take the worker's composed epsilon (and delta) past it."""
+    take the worker's total epsilon (and delta) past it.
+
+    Each release is charged what the worker's whole release under one private draw costs,
+    :meth:`Mechanism.release_epsilon` of its size (one ``perturb_worker`` call with
+    ``rng=None`` draws afresh), and releases under separate draws add up. For a mechanism whose
+    answers are independent that is ``n epsilon``; for two-layer it is the exact figure of the
+    ``n`` answers sharing one flip probability, not ``n`` times one answer's.
+    """
 
     def __init__(self, epsilon: float, delta: float = 0.0) -> None:
         if not (epsilon >= 0 and math.isfinite(epsilon)) or not 0 <= delta <= 1:
@@ -71,17 +78,22 @@ class Budget:
     def remaining(self) -> float:
         return self.epsilon - self.spent_epsilon
 
-    def charge(self, guarantee: Guarantee, n_answers: int) -> None:
-        total = guarantee.compose(n_answers)
-        eps = self.spent_epsilon + total.epsilon
-        delta = self.spent_delta + total.delta
-        if eps > self.epsilon * (1 + 1e-12) or delta > self.delta * (1 + 1e-12) + 0.0:
+    def charge(self, mechanism: Mechanism, n: int) -> float:
+        """Charge one release of ``n`` units under one draw of ``mechanism``; returns its
+        epsilon. BudgetExceededError, and nothing charged, if it would pass the budget."""
+        cost = float(mechanism.release_epsilon(n))
+        eps = self.spent_epsilon + cost
+        delta = self.spent_delta + min(1.0, mechanism.delta * n)
+        if not (eps <= self.epsilon * (1 + 1e-12) and delta <= self.delta * (1 + 1e-12)):
+            unit = mechanism.unit
             raise BudgetExceededError(
-                f"Perturbing {n_answers} answer(s) at {guarantee} would spend epsilon {eps:.6g} "
-                f"(delta {delta:.3g}) against a budget of {self.epsilon:g} (delta {self.delta:g}); "
+                f"Releasing {n} {unit}(s) under one draw of {mechanism.name} costs epsilon "
+                f"{cost:.6g} for all {n} together, which would spend {eps:.6g} (delta "
+                f"{delta:.3g}) of a budget of {self.epsilon:g} (delta {self.delta:g}); "
                 f"{self.remaining:.6g} is left. Nothing was perturbed or sent."
             )
         self.spent_epsilon, self.spent_delta = eps, delta
+        return cost
 
 
 class Mechanism(ABC):
@@ -193,8 +205,11 @@ class CellMechanism(Mechanism):
 
         Needs only public parameters (this mechanism and, for categorical answers, the answer
         domain ``labels``). With an integer ``rng`` seed, pass the worker's id and the task ids so
-        the draws match the batch run. A ``budget`` is charged first; if it would be exceeded
-        nothing is perturbed.
+        the draws match the batch run. With ``rng=None`` (a real release) each call makes a
+        fresh private draw (two-layer's flip probability, exp-gaussian's variance): one call is
+        one release of ``len(answers)`` answers under one draw. A ``budget`` is charged first,
+        ``release_epsilon(len(answers))``; if it would be exceeded nothing is perturbed. (With
+        an integer seed every call of the same worker repeats the same draw: simulation only.)
         """
         codes = self._encode_local(answers, labels)
         if tasks is None:
@@ -202,7 +217,7 @@ class CellMechanism(Mechanism):
         if len(tasks) != len(codes):
             raise ValidationError(f"Give one task id per answer: {len(tasks)} for {len(codes)}.")
         if budget is not None:
-            budget.charge(self.guarantee, len(codes))
+            budget.charge(self, len(codes))
         draws = Draws(rng)
         worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
         task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(codes), np.uint64)

@@ -250,7 +250,7 @@ class MFPerturbation(ScoreDomain):
         draws = Draws(rng)
         self._check_release(draws)
         if budget is not None:
-            budget.charge(self.guarantee, len(tasks))
+            budget.charge(self, len(tasks))
         worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
         row = self._rows(
             np.zeros(len(cols), dtype=np.int64),

@@ -136,7 +136,7 @@ class NullAwareMechanism(ScoreDomain):
                 ) from None
         self._check_values(values)
         if budget is not None:
-            budget.charge(self.guarantee, len(tasks))
+            budget.charge(self, len(tasks))
         draws = Draws(rng)
         worker_hash = id_hashes([worker]) if draws.keyed else np.zeros(1, np.uint64)
         task_hash = id_hashes(tasks) if draws.keyed else np.zeros(len(tasks), np.uint64)

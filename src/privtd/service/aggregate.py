@@ -326,6 +326,11 @@ def summarise(
                 t_workers.c.campaign_id == campaign.id
             )
         ).all()
+        n_tasks = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(t_tasks)
+            .where(t_tasks.c.campaign_id == campaign.id)
+        ).scalar_one()
     people = {r.id: r.name for r in rows}
     spent = {r.name: r.spent_epsilon for r in rows}
     truths = estimator.truths_
@@ -344,6 +349,8 @@ def summarise(
         confidence = {str(k): float(v) for k, v in top.items() if str(k) in out_truths}
     weights = estimator.weights_["weight"]
     g = mech.guarantee
+    k = campaigns.answers_per_draw(mech, n_tasks)
+    per, whole = campaigns.figures(mech, k)
     extra: dict[str, Any] = {}
     if isinstance(estimator, AwareNull):
         # How far the release fixes the pooled answers, which sparse tasks' truths follow.
@@ -359,7 +366,13 @@ def summarise(
             "guarantee": str(g),
             "epsilon": g.epsilon,
             "unit": g.unit,
+            # A worker who answered every task in one submission (one private draw).
+            "answers_per_draw": k,
+            "answer_epsilon": per,
+            "release_epsilon": whole,
             "budget_per_worker": campaign.budget_epsilon,
+            # Per worker, over its submissions (each one draw): the sum of each one's whole
+            # release, release_epsilon(n) for its n reports.
             "spent_epsilon": spent,
         },
         **extra,

@@ -26,6 +26,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..client import DEFAULT_MAX_EPSILON_PER_ANSWER
 from ..errors import PrivtdError
 from . import aggregate, campaigns, db, requesters
 from .access_log import AccessLog
@@ -40,7 +41,7 @@ from .schema import workers as t_workers
 
 STATIC = Path(__file__).with_name("static")
 MAX_BODY = 4 * 1024 * 1024
-MAX_REPORTS = 20_000
+MAX_REPORTS = campaigns.MAX_REPORTS
 
 
 def _no_nul(text: str) -> str:
@@ -110,9 +111,15 @@ class CampaignIn(Strict):
 class MechanismOut(BaseModel):
     name: str
     params: dict[str, Any]
+    #: The mechanism's epsilon for one ``unit`` alone (P0's marginal figure for two-layer).
     epsilon: float
     unit: str
     guarantee: str
+    #: A worker who answers every task in one submission (one private draw) releases this
+    #: many units; epsilon per unit given its others of that draw, and of all together.
+    answers_per_draw: int
+    answer_epsilon: float
+    release_epsilon: float
 
 
 class CampaignOut(BaseModel):
@@ -212,6 +219,10 @@ class CampaignSummary(BaseModel):
     mechanism: str
     epsilon: float
     unit: str
+    #: As in the campaign's description (MechanismOut): a worker answering every task at once.
+    answers_per_draw: int
+    answer_epsilon: float
+    release_epsilon: float
     budget: float
     method: str
     created_at: datetime
@@ -445,6 +456,8 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         ).scalar_one()
         g = mech.guarantee
         bounds = campaigns.report_range(mech)
+        k = campaigns.answers_per_draw(mech, n_tasks)
+        per, whole = campaigns.figures(mech, k)
         return CampaignOut(
             id=row.id,
             name=row.name,
@@ -455,6 +468,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 epsilon=g.epsilon,
                 unit=g.unit,
                 guarantee=str(g),
+                answers_per_draw=k,
+                answer_epsilon=per,
+                release_epsilon=whole,
             ),
             labels=row.labels,
             budget=row.budget_epsilon,
@@ -470,7 +486,10 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     @app.post("/campaigns", status_code=201, response_model=CampaignOut)
     def create_campaign(body: CampaignIn, requester_id: str = Depends(requester)) -> CampaignOut:
         mech = campaigns.build_mechanism(body.mechanism, body.epsilon, body.params, body.labels)
-        campaigns.check_epsilon(mech, max_epsilon)
+        # Per answer given the worker's others, for a worker who answers every task at once.
+        campaigns.check_campaign_epsilon(
+            mech, len(body.tasks), max_epsilon, DEFAULT_MAX_EPSILON_PER_ANSWER
+        )
         campaigns.check_report_range(mech)
         labels = campaigns.check_labels(mech, body.labels)
         method = campaigns.pick_method(mech, body.method)
@@ -537,6 +556,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             ids = sa.select(t_campaigns.c.id).where(t_campaigns.c.requester_id == requester_id)
             workers = _counts(conn, t_workers.c.campaign_id, ids)
             reports = _counts(conn, t_reports.c.campaign_id, ids)
+            n_tasks = _counts(conn, t_tasks.c.campaign_id, ids)
             newest: dict[str, str] = {}
             for campaign_id, status in conn.execute(
                 sa.select(t_runs.c.campaign_id, t_runs.c.status)
@@ -546,7 +566,10 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 newest[campaign_id] = status  # the last one seen is the newest
         out = []
         for r in rows:
-            g = campaigns.rebuild(r.mechanism, r.mechanism_params).guarantee
+            mech = campaigns.rebuild(r.mechanism, r.mechanism_params)
+            g = mech.guarantee
+            k = campaigns.answers_per_draw(mech, n_tasks.get(r.id, 0))
+            per, whole = campaigns.figures(mech, k)
             out.append(
                 CampaignSummary(
                     id=r.id,
@@ -554,6 +577,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     mechanism=r.mechanism,
                     epsilon=g.epsilon,
                     unit=g.unit,
+                    answers_per_draw=k,
+                    answer_epsilon=per,
+                    release_epsilon=whole,
                     budget=r.budget_epsilon,
                     method=r.method,
                     created_at=_utc(r.created_at),
@@ -740,6 +766,16 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         if not idempotency_key:
             raise HTTPException(400, "Send an 'Idempotency-Key' header (1-100 characters).")
         digest = hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
+        with engine.connect() as conn:
+            stored = conn.execute(
+                sa.select(t_campaigns.c.mechanism, t_campaigns.c.mechanism_params).where(
+                    t_campaigns.c.id == campaign_id
+                )
+            ).first()
+        if stored is not None:
+            # Two-layer's figures for a large release take seconds: computed (and cached)
+            # here, before the transaction, which holds the database's write lock.
+            campaigns.figures(campaigns.rebuild(*stored), len(body.reports))
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
             who = worker(conn, campaign_id, authorization)
@@ -752,8 +788,6 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             if earlier is not None:
                 return _replay(earlier, digest, who)
             mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
-            # A campaign made before the ceiling existed, or under a laxer one, takes nothing.
-            campaigns.check_epsilon(mech, max_epsilon)
             if body.mechanism.name != row.mechanism or not _same_params(
                 body.mechanism.params, row.mechanism_params
             ):
@@ -794,13 +828,18 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     409, f"Task(s) {again[:3]} already reported by this worker; each once only."
                 )
             values = campaigns.encode_values(mech, row.labels, [r.value for r in body.reports])
-            epsilon = mech.guarantee.epsilon * len(keys)
+            # An honest device draws afresh for each submission: its reports are one release
+            # under one draw. Per answer given the others of that draw, within the server's
+            # ceiling (a campaign made before it, or under a laxer one, takes nothing past it);
+            # the whole release is what the worker's budget is charged.
+            _, epsilon = campaigns.check_release(mech, len(keys), max_epsilon)
             spent = who.spent_epsilon + epsilon
             if spent > row.budget_epsilon * (1 + 1e-12):
                 raise HTTPException(
                     409,
-                    f"This submission would take the worker to epsilon {spent:.6g}, past the "
-                    f"campaign's budget of {row.budget_epsilon:g}.",
+                    f"These {len(keys)} reports cost epsilon {epsilon:.6g} for all {len(keys)} "
+                    f"together and would take the worker to {spent:.6g}, past the campaign's "
+                    f"budget of {row.budget_epsilon:g}.",
                 )
             submission_id = str(uuid.uuid4())
             try:

@@ -9,12 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from ..client import MAX_REPORTS, largest_release, per_answer_words
 from ..errors import ValidationError
 from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
 from ..mechanisms.exp_gaussian import ExpGaussian
 from ..mechanisms.null_aware import KRRNull, LaplaceNull, NullAwareMechanism, TwoLayerNull
+from ..mechanisms.randomized_response import TwoLayerRR
 
 #: Mechanisms a device can run alone, answer by answer (MF needs the whole matrix's profiles).
 SERVED = (
@@ -65,18 +67,100 @@ def _tail_multiple(tail: float) -> tuple[float, float]:
 Z_LAPLACE, Z_MIXTURE = _tail_multiple(TAIL)
 
 
-def check_epsilon(mech: Mechanism, max_epsilon: float) -> float:
-    """The campaign's epsilon per answer, or a ValidationError if it is not finite or above the
-    server's ceiling, however the parameters were given (epsilon or natural parameters)."""
-    eps = float(mech.guarantee.epsilon)
-    if not math.isfinite(eps) or eps > max_epsilon * (1 + 1e-9):  # 1e-9: float rounding
-        raise ValidationError(
-            f"This campaign's parameters mean epsilon {eps:.6g} per {mech.guarantee.unit}, above "
-            f"this server's ceiling of {max_epsilon:g}: its noise would hide next to nothing. "
-            "Choose a smaller epsilon (or natural parameters that mean one), or ask the server's "
-            "operator (privtd serve --max-epsilon)."
+def answers_per_draw(mech: Mechanism, n_tasks: int) -> int:
+    """The most answers a worker of a campaign of ``n_tasks`` tasks releases under one private
+    draw: its whole row for P3's mechanisms, else every task in one submission (at most
+    :data:`MAX_REPORTS`). An honest device draws afresh for each submission."""
+    return n_tasks if whole_row(mech) else min(n_tasks, MAX_REPORTS)
+
+
+def figures(mech: Mechanism, k: int) -> tuple[float, float]:
+    """(epsilon per answer given the worker's other ``k - 1`` answers, epsilon of all ``k``
+    together) for ``k`` answers released under one draw."""
+    return float(mech.answer_epsilon(k)), float(mech.release_epsilon(k))
+
+
+def _shared_remedy(mech: Mechanism, ceiling: float, k: int) -> str:
+    """What a requester can do about a campaign whose shared draw takes a worker's answers
+    past ``ceiling`` at ``k`` answers per draw, one sentence."""
+    ways = []
+    if isinstance(mech, TwoLayerRR):
+        # Given a <= f_u <= b, one answer moves the odds at most (1 - a)(s - 1) / a one way and
+        # b / ((1 - b)(s - 1)) the other, whatever the worker's other answers say about f_u:
+        # bounds on the flip probability bound the loss at any task count.
+        s = mech.n_labels
+        a = (s - 1) / (s - 1 + math.exp(ceiling))
+        b = (s - 1) * math.exp(ceiling) / (1 + (s - 1) * math.exp(ceiling))
+        ways.append(
+            f"keep two-layer's flip probability within [{a:.4g}, {b:.4g}] (params a, b: given "
+            "a <= f_u <= b one answer's loss is at most max(ln((1-a)(s-1)/a), "
+            f"ln(b/((1-b)(s-1)))) = {ceiling:g} at any task count)"
         )
-    return eps
+    fits = largest_release(mech, ceiling, k)
+    if fits > 0:
+        ways.append(f"use at most {fits} tasks")
+    ways.append("use one-layer, whose answers are independent")
+    return "Either " + "; or ".join(ways) + "."
+
+
+def _refusal(mech: Mechanism, k: int, per: float, limit: float, whose: str) -> ValidationError:
+    stated = float(mech.epsilon)
+    if k > 1 and not per <= stated * (1 + 1e-9):
+        return ValidationError(
+            f"A worker who answers {k} tasks of this campaign in one submission keeps "
+            f"epsilon {per:.4g} {per_answer_words(mech.unit, k)} (the mechanism's {stated:.4g} "
+            f"holds for one {mech.unit} alone: the worker's {mech.unit}s share one private "
+            f"draw, which the others reveal), above {whose} of {limit:g}. "
+            f"{_shared_remedy(mech, limit, k)}"
+        )
+    return ValidationError(
+        f"This campaign's parameters mean epsilon {per:.6g} per {mech.unit}, above {whose} of "
+        f"{limit:g}: its noise would hide next to nothing. Choose a smaller epsilon (or natural "
+        "parameters that mean one), or ask the server's operator (privtd serve --max-epsilon)."
+    )
+
+
+def check_campaign_epsilon(
+    mech: Mechanism, n_tasks: int, max_epsilon: float, worker_ceiling: float
+) -> tuple[float, float]:
+    """The figures of a worker who answers every task in one submission (:func:`figures` of
+    :func:`answers_per_draw`), or a ValidationError naming them if the per-answer one is not
+    finite, above the server's ceiling ``max_epsilon``, or past the workers' default ceiling
+    ``worker_ceiling`` through the shared draw alone (above both it and what the mechanism
+    states for one answer): a campaign that states a figure default workers accept while
+    every one who answers all its tasks at once would refuse it."""
+    if whole_row(mech) and n_tasks > MAX_REPORTS:
+        # Its figures would be those of a release no submission can carry.
+        raise ValidationError(
+            f"{mech.name} releases a worker's whole row in one submission, which carries at "
+            f"most {MAX_REPORTS} reports; this campaign has {n_tasks} tasks. Split it."
+        )
+    k = answers_per_draw(mech, n_tasks)
+    per, whole = figures(mech, k)
+    if not (math.isfinite(per) and per <= max_epsilon * (1 + 1e-9)):  # 1e-9: float rounding
+        raise _refusal(mech, k, per, max_epsilon, "this server's ceiling")
+    if per > max(float(mech.epsilon), worker_ceiling) * (1 + 1e-9):
+        raise _refusal(mech, k, per, worker_ceiling, "the workers' default ceiling")
+    return per, whole
+
+
+def check_release(mech: Mechanism, k: int, max_epsilon: float) -> tuple[float, float]:
+    """:func:`figures` of one submission of ``k`` reports (one draw), or a ValidationError if
+    the per-answer one is not finite or above the server's ceiling ``max_epsilon``: a campaign
+    made before the ceiling, or under a laxer one, takes nothing past it."""
+    per, whole = figures(mech, k)
+    if not (math.isfinite(per) and per <= max_epsilon * (1 + 1e-9)):
+        fits = largest_release(mech, max_epsilon, k)
+        more = (
+            f" Send at most {fits} reports per submission (each submission is a fresh draw)."
+            if 0 < fits < k and not whole_row(mech)
+            else ""
+        )
+        raise ValidationError(
+            f"These {k} reports mean epsilon {per:.6g} {per_answer_words(mech.unit, k)}, above "
+            f"this server's ceiling of {max_epsilon:g}.{more}"
+        )
+    return per, whole
 
 
 def integer_reports(mech: Mechanism) -> bool:

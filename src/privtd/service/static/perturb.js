@@ -35,7 +35,9 @@ export function perturbWorker(mechanism, answers, labels, tasks) {
     case "one-layer":
     case "binary-rr":
     case "two-layer": {
-      // two-layer: the worker's own flip probability, drawn once per release and never sent.
+      // two-layer: the worker's own flip probability, drawn afresh for each call (one
+      // submission), shared by its answers only, and never sent. ceiling.js's figures are per
+      // call: the page checks and counts each submission as one draw.
       const f = mechanism.name === "two-layer" ? p.a + (p.b - p.a) * uniform() : p.f;
       return entries.map(([task, answer]) => {
         const code = labels.map(String).indexOf(String(answer));
