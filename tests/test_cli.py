@@ -343,6 +343,14 @@ def test_epsilon_command_prints_what_a_worker_of_k_answers_gets(capsys):
     assert "--answers" not in out
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "1", "-k", "0"], capsys)
     assert code == 2 and "--answers" in err
+    # Review attack: a mechanism that gives answers away (f = 1 always flips two labels) has an
+    # infinite epsilon, which json.dumps wrote as the non-JSON token Infinity; strict parsers
+    # (browsers, jq) reject the whole document.
+    code, out, _ = run(
+        ["epsilon", "-M", "two-layer", "-p", "a=1", "-p", "b=1", "-k", "5", "--json"], capsys
+    )
+    record = json.loads(out, parse_constant=lambda token: pytest.fail(f"non-JSON {token}"))
+    assert record["release"]["epsilon"] == "inf"
 
 
 def test_audit_command(capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,7 @@ def perturb(
         }
     _atomic_csv(perturbed.to_frame(), output, index=False)
     if report:
-        _write_output(report, json.dumps(summary, indent=2, default=str) + "\n")
+        _write_output(report, json.dumps(_strict(summary), indent=2, default=str) + "\n")
     changed = (
         f"{summary['changed_fraction']:.1%} changed"
         if "changed_fraction" in summary
@@ -222,6 +223,19 @@ def perturb(
 def _plain(value: Any) -> Any:
     """A label as JSON writes it faithfully: numpy scalars as Python ones."""
     return value.item() if hasattr(value, "item") else value
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float as the string ``"inf"`` (``"-inf"``, ``"nan"``):
+    an infinite epsilon (a mechanism that gives answers away) stays readable, where Python's
+    ``Infinity`` is not JSON and strict parsers reject the whole document."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 @click.command("audit")
@@ -318,7 +332,7 @@ def audit_cmd(
         )
         records.append(fields)
     if as_json:
-        click.echo(json.dumps(records[0] if len(records) == 1 else records))
+        click.echo(json.dumps(_strict(records[0] if len(records) == 1 else records)))
     else:
         for i, fields in enumerate(records):
             if i:
@@ -437,7 +451,7 @@ def epsilon_cmd(
             if answers
             else {"marginal": release_figures(mech, 1)["marginal"]}
         )
-        click.echo(json.dumps(record, default=str))
+        click.echo(json.dumps(_strict(record), default=str))
         return
     shown = [
         f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in mech.params().items()
