@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,3 +160,26 @@ def test_worker_audit_arguments():
     mf = MFPerturbation.from_epsilon(1.0, task_profiles(4, 2, rng=0), 1, 3)
     with pytest.raises(ValidationError, match="mf solves one objective"):
         audit_worker(mf, 4)
+
+
+def test_worker_audit_corrects_for_every_possible_event_not_those_seen():
+    # Review attack: the Bonferroni count was the number of events the samples happened to show,
+    # chosen by the data. One answer of two labels changed: the events possible before sampling
+    # are (first, second) with first + second <= 1, three of them, though binary RR only ever
+    # shows two; the bound must be Clopper-Pearson at alpha = 0.05 / (2 * 3).
+    from privtd.audit import _worker_rows
+
+    mech = OneLayerRR.from_epsilon(1.0)
+    n, seed = 5_000, 4
+    result = audit_worker(mech, 1, 1, samples=n, seed=seed)
+    hits = []
+    for which in (0, 1):
+        grid, base, _ = _worker_rows(mech, 1, 1, which, n, seed + which)
+        hits.append(int(np.count_nonzero(grid[:, 0] == base)))
+    alpha = 0.05 / 6
+    bounds = []
+    for c0, c1 in ((hits[0], hits[1]), (n - hits[0], n - hits[1])):
+        lo0, hi0 = (float(x[0]) for x in clopper_pearson(np.array([c0]), n, alpha))
+        lo1, hi1 = (float(x[0]) for x in clopper_pearson(np.array([c1]), n, alpha))
+        bounds += [math.log(lo0) - math.log(hi1), math.log(lo1) - math.log(hi0)]
+    assert result.lower_bound == pytest.approx(max(bounds), rel=1e-12)

@@ -343,6 +343,14 @@ def test_epsilon_command_prints_what_a_worker_of_k_answers_gets(capsys):
     assert "--answers" not in out
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "1", "-k", "0"], capsys)
     assert code == 2 and "--answers" in err
+    # Review attack: a mechanism that gives answers away (f = 1 always flips two labels) has an
+    # infinite epsilon, which json.dumps wrote as the non-JSON token Infinity; strict parsers
+    # (browsers, jq) reject the whole document.
+    code, out, _ = run(
+        ["epsilon", "-M", "two-layer", "-p", "a=1", "-p", "b=1", "-k", "5", "--json"], capsys
+    )
+    record = json.loads(out, parse_constant=lambda token: pytest.fail(f"non-JSON {token}"))
+    assert record["release"]["epsilon"] == "inf"
 
 
 def test_audit_command(capsys):
@@ -364,6 +372,9 @@ def test_audit_command_worker_level(capsys):
     assert records[0]["claimed_epsilon"] == pytest.approx(2.9957, abs=1e-3)
     assert records[0]["lower_bound"] > 2.0 and records[1]["lower_bound"] > 4.0
     assert records[1]["claimed_epsilon"] == pytest.approx(12.127, abs=1e-3)
+    # Review attack: the three verdicts were each at 95%, so the exit status of a claim that
+    # holds could be 1 up to 15% of the time; each now gets its share of the 5%.
+    assert [r["confidence"] for r in records] == pytest.approx([1 - 0.05 / 3] * 3)
     code, _, err = run(["audit", "-M", "one-layer", "-e", "1", "--differ", "2"], capsys)
     assert code == 2 and "--differ needs --answers" in err
 

@@ -153,12 +153,16 @@ def audit(
 
 
 def _loss_bounds(
-    counts0: np.ndarray, counts1: np.ndarray, samples: int, confidence: float
+    counts0: np.ndarray,
+    counts1: np.ndarray,
+    samples: int,
+    confidence: float,
+    n_tests: int | None = None,
 ) -> tuple[float, float]:
     """The largest lower confidence bound on ``|ln P(E | x) / P(E | x')|`` over the events (both
-    ways, Bonferroni over the events), and the largest finite point estimate (inf if an event
-    was seen under one input only)."""
-    alpha = (1 - confidence) / (2 * len(counts0))
+    ways, Bonferroni over ``n_tests`` events, by default those given), and the largest finite
+    point estimate (inf if an event was seen under one input only)."""
+    alpha = (1 - confidence) / (2 * (n_tests or len(counts0)))
     (lo0, hi0), (lo1, hi1) = (clopper_pearson(c, samples, alpha) for c in (counts0, counts1))
     with np.errstate(divide="ignore", invalid="ignore"):
         lower = np.maximum(np.log(lo0) - np.log(hi1), np.log(lo1) - np.log(hi0))
@@ -267,7 +271,12 @@ def audit_worker(
         event = (kept * width + first) * width + second
         counts.append(np.bincount(event, minlength=(answers - differ + 1) * width * width))
     seen = (counts[0] > 0) | (counts[1] > 0)
-    lower, point = _loss_bounds(counts[0][seen], counts[1][seen], samples, confidence)
+    # Bonferroni over every event possible before sampling (first + second <= differ), not over
+    # those the samples happened to show: a count chosen by the data would not bound the error.
+    possible = (answers - differ + 1) * (differ + 1) * (differ + 2) // 2
+    lower, point = _loss_bounds(
+        counts[0][seen], counts[1][seen], samples, confidence, n_tests=possible
+    )
     if differ == 1:
         claimed = mechanism.answer_epsilon(answers)
         claim = f"one {mechanism.unit} given the worker's other {answers - 1}"

@@ -11,8 +11,9 @@ places has probability ``L(m) = E[(1 - f)^m (f / (s - 1))^(k - m)]`` (``s`` labe
 - the whole release: every pair ``(m, m')`` in ``[0, k]^2`` is reached by some pair of answer
   vectors and report (for two labels too), so the loss is ``max l - min l``.
 
-For one answer both are P0's marginal figure; as ``k`` grows the first tends to ``ln k``-like
-growth (the draw is learned from the other reports) and the second to about ``k ln 2``.
+For one answer both are P0's marginal figure; as ``k`` grows (``a = 0``, two labels) the first
+grows like ``ln k`` (the draw is learned from the other reports) and the second like ``k ln 2``
+while ``b >= 1/2``, ``k ln(1 / b)`` for smaller ``b``.
 
 P3's two-layer with NULL has the same shape with a private budget ``eps ~ U(0, top)`` in place of
 ``f`` (:func:`shared_budget_epsilons`); P1's exponential variance is handled beside its mechanism
@@ -32,6 +33,9 @@ _PANELS = 8
 # Half-width of the window, in the integrand's own length scale (its peak's curvature or, at an
 # end of [a, b], its slope): the log-concave integrand is below e^-200 of its peak outside it.
 _WIDTH = 40.0
+# Release sizes integrated at a time: each takes _PANELS * 48 nodes, so a worker with 10^5
+# answers would otherwise hold several arrays of 3.8e7 doubles (gigabytes) at once.
+_CHUNK = 4096
 
 
 def log_uniform_moments(m: np.ndarray, n: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -85,7 +89,12 @@ def _log_power(p: np.ndarray, x: np.ndarray | float) -> np.ndarray:
 def report_log_likelihoods(k: int, n_labels: int, a: float, b: float) -> np.ndarray:
     """``l(m) = ln E[(1 - f)^m (f / (s - 1))^(k - m)]`` for ``m = 0..k``, ``f ~ U(a, b)``."""
     m = np.arange(k + 1, dtype=float)
-    return log_uniform_moments(m, k - m, a, b) - (k - m) * math.log(n_labels - 1)
+    moments = np.concatenate([log_uniform_moments(part, k - part, a, b) for part in _chunks(m)])
+    return moments - (k - m) * math.log(n_labels - 1)
+
+
+def _chunks(m: np.ndarray) -> list[np.ndarray]:
+    return [m[i : i + _CHUNK] for i in range(0, m.size, _CHUNK)]
 
 
 @functools.lru_cache(maxsize=512)
@@ -150,5 +159,7 @@ def shared_budget_epsilons(k: int, others: int, top: float) -> tuple[float, floa
     """
     if k < 1:
         return 0.0, 0.0
-    ell = log_budget_moments(np.arange(k + 1, dtype=float), k, others, top)
+    ell = np.concatenate(
+        [log_budget_moments(part, k, others, top) for part in _chunks(np.arange(k + 1.0))]
+    )
     return float(np.abs(np.diff(ell)).max()), float(ell.max() - ell.min())

@@ -155,10 +155,11 @@ class TwoLayerRR(CellMechanism):
     What a worker releasing ``k`` answers under one draw gets (docs/privacy.md)
         Its answers share ``f_u``, so its other reports tell the server about ``f_u``.
         :meth:`answer_epsilon` is the loss of one answer given the other ``k - 1`` reports (about
-        ``ln k`` with ``a = 0``, whatever ``epsilon`` was asked for); :meth:`release_epsilon` the
-        loss of the whole release (about ``k ln 2`` with ``a = 0``, against ``k epsilon`` by
-        composition). Both are exact (``privtd.mechanisms._shared_draw``). Given ``f_u`` itself
-        each answer has ``|ln((1 - f_u)(s - 1) / f_u)|`` (:meth:`conditional_epsilons`).
+        ``ln k`` with ``a = 0``, or ``epsilon`` if larger); :meth:`release_epsilon` the loss of the
+        whole release (with ``a = 0`` and two labels about ``k ln 2`` for ``epsilon <= ln 3``,
+        ``k ln((1 + e^epsilon) / 2)`` above, against ``k epsilon`` by composition). Both are
+        exact (``privtd.mechanisms._shared_draw``). Given ``f_u`` itself each answer has
+        ``|ln((1 - f_u)(s - 1) / f_u)|`` (:meth:`conditional_epsilons`).
     Cost
         One uniform per worker, two per answer.
     """
