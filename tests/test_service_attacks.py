@@ -588,8 +588,11 @@ def test_the_report_range_bound():
 
 
 def test_reports_outside_the_range_are_refused(api):
+    # Two tasks: at epsilon 1 a third exp-gaussian report under the worker's one variance takes
+    # one report's figure given the others past the workers' default ceiling (refused).
+    two = [{"key": "t0"}, {"key": "t1"}]
     made = make_campaign(
-        api, mechanism="exp-gaussian", labels=None, params={"low": 0.0, "high": 10.0}
+        api, mechanism="exp-gaussian", labels=None, params={"low": 0.0, "high": 10.0}, tasks=two
     )
     lo, hi = made["report_range"]
     worker = enrol(api, made["id"], "fake")
@@ -614,10 +617,24 @@ def test_reports_outside_the_range_are_refused(api):
     assert post(api, made["id"], submission([top, bottom]), worker, "d").status_code == 201
     # A campaign whose honest reports could pass 1e15 is refused at creation.
     wide = campaign_body(
-        mechanism="exp-gaussian", labels=None, epsilon=1e-3, params={"low": -1e13, "high": 1e13}
+        mechanism="exp-gaussian",
+        labels=None,
+        epsilon=1e-3,
+        params={"low": -1e13, "high": 1e13},
+        tasks=two[:1],
     )
     response = api.post("/campaigns", json=wide, headers=AUTH)
     assert response.status_code == 422 and "1e+15" in response.json()["detail"]
+
+
+def test_an_exp_gaussian_campaign_past_the_ceiling_through_its_shared_variance_is_refused(api):
+    # Twenty reports under one variance: one report given the other 19 keeps 124, not the 1
+    # stated; the refusal names the figure and the numeric mechanism with fresh noise per answer.
+    body = campaign_body(mechanism="exp-gaussian", labels=None, params={"low": 0.0, "high": 10.0})
+    response = api.post("/campaigns", json=body, headers=AUTH)
+    detail = response.json()["detail"]
+    assert response.status_code == 422 and "124" in detail and "use laplace" in detail, detail
+    assert "one-layer" not in detail
 
 
 def test_reports_off_the_public_grid_are_refused(url):
@@ -731,7 +748,7 @@ def _shift(out):
 
 
 def _moves(out):
-    keys = [f"t{i}" for i in range(poison.N_TASKS)]
+    keys = list(out["_truths"][0])
     clean, dirty = (np.array([float(t[k]) for k in keys]) for t in out["_truths"])
     return np.abs(dirty - clean)
 

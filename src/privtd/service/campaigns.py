@@ -99,7 +99,10 @@ def _shared_remedy(mech: Mechanism, ceiling: float, k: int) -> str:
     fits = largest_release(mech, ceiling, k)
     if fits > 0:
         ways.append(f"use at most {fits} tasks")
-    ways.append("use one-layer, whose answers are independent")
+    if mech.kind == "numeric":
+        ways.append("use laplace, whose noise is drawn afresh for every answer")
+    else:
+        ways.append("use one-layer, whose answers are independent")
     return "Either " + "; or ".join(ways) + "."
 
 
