@@ -7,10 +7,11 @@
    After: an invitation-only campaign (the default) refuses all 200 (401/403).
 2. Poisoning: 50 honest workers answer the 2 tasks of an exp-gaussian campaign
    (aware-gaussian) and the 100 of a laplace campaign (mean); one fake worker, enrolled like
-   them, sends 1e308 to every task, or, where the server refuses that, the most extreme value it accepts. Printed: the
-   aggregated truths' MAE without and with the fake worker. Before the fix 1e308 is accepted and
-   moves every truth to ~1e306; after, the fake is held to the published report range and the
-   MAE moves by a bounded amount (tests/test_service_attacks.py derives and checks the bound).
+   them, sends 1e308 to every task, or, where the server refuses that, the most extreme value it
+   accepts. Printed: the aggregated truths' MAE without and with the fake worker. Before the fix
+   1e308 is accepted and moves every truth to ~1e306; after, the fake is held to the published
+   report range and the MAE moves by a bounded amount (tests/test_service_attacks.py derives
+   and checks the bound).
 """
 
 from __future__ import annotations
