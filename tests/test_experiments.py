@@ -11,7 +11,7 @@ import pytest
 from privtd import ValidationError, datasets
 from privtd.cli import main
 from privtd.experiments import kdd18
-from privtd.mechanisms import TwoLayerRR
+from privtd.mechanisms import ExpGaussian, TwoLayerNull, TwoLayerRR
 
 
 def test_table_shape_and_determinism():
@@ -261,6 +261,33 @@ def test_icdcs20_headline_and_trends():
     # clear by 2 standard errors of the paired gain (20 trials each).
     gain = table.mae_truth - table.mae_truth_aware
     assert (gain > 2 * table.mae_truth_gain_se).all(), table[["figure", "noise_level"]][gain <= 0]
+    # The paper's axis stays; beside it, what a user's 30 reports under one variance draw get.
+    # At noise level 2 the axis says 6.65 per report; one report given the other 29 loses 188
+    # and the whole release 251. The figures are those of the mechanism with the row's epsilon
+    # over Delta itself (the grid's steps, not the units, set them).
+    row = fig2.loc[2.0]
+    assert row["epsilon_report"] == pytest.approx(6.6486, abs=1e-4)
+    by_delta = ExpGaussian(1.0 / 2.0, 0.0, icdcs20.lemma47_sensitivity(1.0))
+    assert by_delta.epsilon == pytest.approx(row["epsilon_report"], rel=1e-12)
+    assert row["given_others"] == pytest.approx(by_delta.answer_epsilon(30), rel=1e-6)
+    assert row["release"] == pytest.approx(by_delta.release_epsilon(30), rel=1e-6)
+    assert row["given_others"] == pytest.approx(188.06, abs=0.01)
+    assert row["release"] == pytest.approx(251.45, abs=0.01)
+    assert (table.release_largest == table.release).all()  # every user reports on every object
+    assert {"given_others", "release"} <= set(icdcs20.summary(table).columns)
+
+
+def test_icdcs20_real_states_the_worker_figures():
+    from privtd.experiments import icdcs20
+
+    table = icdcs20.real(trials=2, epsilons=(1.0,))
+    # Emotion's workers give 140 reports at the median and 700 at most, on [-100, 100].
+    mech = ExpGaussian.from_epsilon(1.0, -100.0, 100.0)
+    row = table.iloc[0]
+    assert row["given_others"] == pytest.approx(mech.answer_epsilon(140))
+    assert row["release"] == pytest.approx(mech.release_epsilon(140))
+    assert row["release_largest"] == pytest.approx(mech.release_epsilon(700))
+    assert row["given_others"] > 100 * row["epsilon"]
 
 
 def test_bigdata18_mf_wins_at_moderate_epsilon():
@@ -275,6 +302,22 @@ def test_bigdata18_mf_wins_at_moderate_epsilon():
     # (sampling sd of a 2-trial mean here is ~0.05; the gaps are > 2).
     assert row["aware_rr"] < row["rr"] - 1.0
     assert row["aware_two_layer"] < row["two_layer"] - 1.0
+    # P3's axis stays; beside it, two-layer's figures for a worker's 60-cell row (every task's
+    # cell, NULL or not) under one budget draw: one cell given the others loses about twice
+    # the marginal, and the row more than composing the marginal over it says.
+    two = TwoLayerNull.from_epsilon(1.0, 0, 9)
+    assert row["two_layer_marginal"] == pytest.approx(two.epsilon)
+    assert row["two_layer_given_others"] == pytest.approx(two.answer_epsilon(60))
+    assert row["two_layer_release"] == pytest.approx(two.release_epsilon(60))
+    assert row["two_layer_composed"] == pytest.approx(60 * two.epsilon)
+    assert row["two_layer_release"] > row["two_layer_composed"]
+    # The default synthetic row of 200 cells at stated 1: 1.088 alone, 1.99 given the others,
+    # 306.6 for the row against composition's 217.7.
+    figures = bigdata18._two_layer_figures(1.0, 0, 9, 200)
+    assert figures["two_layer_marginal"] == pytest.approx(1.0885, abs=1e-4)
+    assert figures["two_layer_given_others"] == pytest.approx(1.9913, abs=1e-4)
+    assert figures["two_layer_release"] == pytest.approx(306.609, abs=1e-3)
+    assert figures["two_layer_composed"] == pytest.approx(217.693, abs=1e-3)
 
 
 def test_dmkd14_secure_equals_plain_and_costs_are_measured():
