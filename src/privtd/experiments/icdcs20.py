@@ -235,9 +235,9 @@ def real(
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as printed by ``privtd reproduce icdcs20``: the paper's axis and metric per
-    setting, and what a user gets under one variance draw at the row's epsilon (one report given
-    its other reports; its whole release). ``table.md`` keeps every column."""
+    """The table's printable view: the paper's axis and metric per setting, and what a user
+    gets under one variance draw at the row's epsilon (one report given its other reports; its
+    whole release). ``table.md`` keeps every column."""
     return table[
         [
             "figure",
