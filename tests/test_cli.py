@@ -167,24 +167,45 @@ def test_datasets_list_and_demo(capsys):
     assert "epsilon=917 per worker: the worker's whole release of 1834 answer(s)" in out
     assert "epsilon=0.5 per answer: one answer given the worker's other 1833" in out
     lines = out.splitlines()
+    assert max(map(len, lines)) <= 100  # readable in a 100-column terminal
     header = next(i for i, line in enumerate(lines) if line.startswith("method"))
-    # Indented lines are notes under a row (one-coin DS's one-class fit), not rows.
-    table = [line for line in lines[header + 1 : -1] if not line.startswith("  ")]
+    assert lines[header - 1].split() == ["accuracy", "balanced", "accuracy"]
+    # Indented lines are notes under a row (the baseline's, one-coin DS's one-class fit), not
+    # rows.
+    table = [line for line in lines[header + 1 :] if not line.startswith(" ")]
     rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in table}
-    assert list(rows) == ["mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc", "aware-ds"]
+    assert list(rows) == [
+        "baseline", "mv", "wv", "crh", "catd", "ds", "one-coin-ds", "lc", "aware-ds"
+    ]  # fmt: skip
+    data = datasets.load("duchenne")
+    # The trivial baseline heads the table: the experts' majority class (101 of 159) scores its
+    # share in accuracy, clean and private alike, and 1/2 in balanced accuracy.
+    assert rows["baseline"] == pytest.approx([101 / 159, 101 / 159, 0.5, 0.5], abs=1e-4)
+    assert "majority class '0' (101 of 159 truths)" in out
     assert rows["mv"][0] == pytest.approx(0.7610, abs=1e-4)  # clean MV (paper: 0.76)
     # The perturbation-aware default, told the mechanism on the release (told none on the clean
-    # answers), is what infer picks for it; the footnote says so.
-    assert lines[-1].startswith("  aware-ds: the perturbation-aware default")
-    data = datasets.load("duchenne")
+    # answers), is what infer picks for it; the footnote, the last note, says so.
+    notes = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
+    assert notes[-1].startswith("  aware-ds: the perturbation-aware default")
     clean_fit = make_estimator("aware-ds", mechanism=None).fit(data.answers)
-    clean = evaluate(clean_fit.truths_, data.truth)["accuracy"]
-    assert rows["aware-ds"][0] == pytest.approx(clean, abs=1e-4)
+    clean = evaluate(clean_fit.truths_, data.truth)
     mech = OneLayerRR.from_epsilon(0.5, n_labels=2)
     release = mech.perturb(data.answers, rng=1)
     private_fit = make_estimator("aware-ds", mechanism=mech).fit(release)
-    private = evaluate(private_fit.truths_, data.truth)["accuracy"]
-    assert rows["aware-ds"][1] == pytest.approx(private, abs=1e-4)
+    private = evaluate(private_fit.truths_, data.truth)
+    # Accuracy clean, private, change; then balanced accuracy clean, private, change; seconds.
+    expected = [
+        clean["accuracy"],
+        private["accuracy"],
+        private["accuracy"] - clean["accuracy"],
+        clean["balanced_accuracy"],
+        private["balanced_accuracy"],
+        private["balanced_accuracy"] - clean["balanced_accuracy"],
+    ]
+    assert rows["aware-ds"][:6] == pytest.approx(expected, abs=1e-4)
+    # One-coin DS labels (nearly) every task '0': its accuracy is the baseline's and its
+    # balanced accuracy chance, which the balanced column shows at a glance.
+    assert rows["one-coin-ds"][3:5] == pytest.approx([0.5, 0.5], abs=1e-4)
 
 
 def test_demo_two_layer_prints_what_a_worker_gets(capsys):
@@ -193,7 +214,8 @@ def test_demo_two_layer_prints_what_a_worker_gets(capsys):
     assert code == 0 and "two-layer mechanism" in out and "epsilon=1 per answer" in out
     assert f"epsilon={mech.answer_epsilon(1834):.4g} per answer: one answer given" in out
     assert f"epsilon={mech.release_epsilon(1834):.4g} per worker: the worker's whole" in out
-    assert "not a worker-level guarantee" in out
+    assert "not a worker-level guarantee" in " ".join(out.split())
+    assert max(map(len, out.splitlines())) <= 100
 
 
 def test_console_script_help():

@@ -110,9 +110,12 @@ def test_demo_explains_a_one_class_fit(capsys):
     lines = out.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("one-coin-ds "))
     assert "+0.0000" in lines[row]
-    # The next line says why: one label for (nearly) every task, the majority class's share.
-    note = lines[row + 1]
-    assert note.startswith("  one-coin-ds: labels ") and "tasks '0'" in note
+    # The next line, wrapped to 100 columns, says why: one label for (nearly) every task, the
+    # majority class's share.
+    end = next(i for i in range(row + 2, len(lines)) if not lines[i].startswith("    "))
+    note = " ".join(line.strip() for line in lines[row + 1 : end])
+    assert lines[row + 1].startswith("  one-coin-ds: ")
+    assert note.startswith("one-coin-ds: labels ") and "tasks '0'" in note
     assert "class's share" in note
     data = datasets.load("duchenne")
     share = float((data.truth.astype(str) == "0").mean())

@@ -461,3 +461,19 @@ def test_readme_demo_mechanism_figures_are_the_stored_run() -> None:
 
     share = datasets.load("duchenne").truth.value_counts(normalize=True).max()
     assert f"the experts' majority class alone scores {share:.3f}" in text
+
+
+def test_readme_demo_baseline_is_the_experts_majority_class() -> None:
+    # The opening paragraph's trivial baseline, which the demo prints above its methods.
+    from privtd import datasets
+    from privtd.evaluation import evaluate
+
+    truth = datasets.load("duchenne").truth
+    base = evaluate(truth, truth)
+    accuracy, balanced = base["baseline_accuracy"], base["baseline_balanced_accuracy"]
+    text = " ".join(README.split())
+    assert (
+        f"every image labelled the experts' majority class: accuracy {accuracy:.3f}, "
+        f"balanced accuracy {balanced:g})" in text
+    )
+    assert "prints each method's accuracy and balanced accuracy" in text
