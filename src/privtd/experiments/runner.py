@@ -146,18 +146,7 @@ def run(
         real = icdcs20.real(trials=max(2, trials // 5), seed=seed)
         written += report.write(out, real, facts, "icdcs20: emotion (numeric)", "real")
         written += icdcs20.figures(out, table, setting)
-        shown = table[
-            [
-                "figure",
-                "users",
-                "error_rate",
-                "noise_level",
-                "epsilon_report",
-                "avg_noise",
-                "mae",
-                "mae_theory",
-            ]
-        ]
+        shown = icdcs20.summary(table)
         found = checks.icdcs20(table)
     else:
         real = ladp.real(trials=max(2, trials // 5), seed=seed)
