@@ -446,10 +446,19 @@ def test_reproduction_worker_table_is_the_code() -> None:
 def test_readme_demo_mechanism_figures_are_the_stored_run() -> None:
     records = {r["mechanism"]: r for r in _jsonl("demo_mechanism.txt")}
     text = " ".join(README.split())
-    m = re.search(r"mean of 5 seeds: (0\.\d+) against (0\.\d+); the experts' majority", text)
+    m = re.search(
+        r"balanced accuracy, mean of 5 seeds: (0\.\d+) against (0\.\d+), "
+        r"accuracy (0\.\d+) against (0\.\d+); the experts' majority",
+        text,
+    )
     assert m
-    for group, name in ((1, "two-layer"), (2, "one-layer")):
-        runs = records[name]["accuracy"]["aware-ds"]
+    for group, name, score in (
+        (1, "two-layer", "balanced_accuracy"),
+        (2, "one-layer", "balanced_accuracy"),
+        (3, "two-layer", "accuracy"),
+        (4, "one-layer", "accuracy"),
+    ):
+        runs = records[name][score]["aware-ds"]
         assert float(m.group(group)) == round(sum(runs) / len(runs), 3)
     two = records["two-layer"]
     m = re.search(r"\((\d\.\d\d) per answer given the median worker's other (\d+), (\d+\.\d)", text)
@@ -460,7 +469,7 @@ def test_readme_demo_mechanism_figures_are_the_stored_run() -> None:
     from privtd import datasets
 
     share = datasets.load("duchenne").truth.value_counts(normalize=True).max()
-    assert f"the experts' majority class alone scores {share:.3f}" in text
+    assert f"the experts' majority class alone scores {share:.3f} accuracy, 0.5 balanced" in text
 
 
 def test_readme_demo_baseline_is_the_experts_majority_class() -> None:
