@@ -570,8 +570,9 @@ def infer(
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:
         raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
-    truths, rule = _decided(estimator, method, chosen)
-    if not parquet:  # a Parquet output is written by then
+    # A Parquet output is written by then, by the workers: the fit holds no truths here.
+    truths, rule = (None, "map") if parquet else _decided(estimator, method, chosen)
+    if truths is not None:
         table = truths.rename_axis("task").reset_index()
         if gold_series is not None:
             # Named, so that evaluate leaves them out: their truth is the gold by construction.
@@ -589,7 +590,7 @@ def infer(
     )
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
-    if data.is_categorical and engine == "memory":
+    if data.is_categorical and engine == "memory" and truths is not None:
         from ..inference.decision import fitted_prior, one_class_warning
 
         warning = one_class_warning(
