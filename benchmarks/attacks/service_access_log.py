@@ -9,7 +9,7 @@ extension, as a bare query key (``/collect?SECRET``, 24 and 43 characters) or a 
 value, as an id in a path, and as the values of ``token`` and ``code``. Each secret is a fresh
 random string of the length given. Prints how many of the secrets appear in the log, and which.
 
-On privtd before issue 39 the path and query were kept when they looked safe (a file name
+Before the fix, the path and query were kept when they looked safe (a file name
 under a static folder; a query key of up to 24 characters), so 4 of 8 secrets were written to
 the log; now paths are logged as route templates with only UUIDs filled in, static files only
 if the server ships them, and query keys only if the service's pages read them: 0 of 8.

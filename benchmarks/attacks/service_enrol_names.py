@@ -11,7 +11,7 @@ stranger, the enrolled names found, the false alarms and the probes per second; 
 limit that remains, what a worker holding one valid unused code finds the same way (a taken
 name is refused with 409 without spending the code).
 
-On privtd before issue 39 the name was checked before the code: 409 for an enrolled name, 401
+Before the fix, the name was checked before the code: 409 for an enrolled name, 401
 (no code) or 403 (a wrong code) for the others, so each stranger found 20 of 20; now every
 probe without a valid code gets the same answer, and each finds 0.
 tests/test_service_attacks.py runs :func:`probe` on both databases.

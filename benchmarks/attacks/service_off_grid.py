@@ -12,7 +12,7 @@ worker sends 3.5 to a ``laplace`` campaign (scores 1..5), a value half a step of
 an ``exp-gaussian`` one, and an integer one ulp away (3 + 2^-51); honest workers send what the
 mechanism released. Prints the status of each, and how many of the off-grid values were stored.
 
-On privtd before issue 39 every off-grid value within the report range was stored (3 of 3, 201);
+Before the fix, every off-grid value within the report range was stored (3 of 3, 201);
 now each is refused with 422 and honest releases are still stored.
 tests/test_service_attacks.py runs :func:`probe` on both databases.
 """

@@ -15,7 +15,7 @@ Runs the service on a loopback port and plays two attacks:
   lines, and the owner revokes the token. Prints how many reports reached the thief after the
   revocation answered, and whether the download ended complete or cut off.
 
-On privtd before issue 39 the race was lost in 10 of 40 trials on SQLite (8 on PostgreSQL) and
+Before the fix, the race was lost in 10 of 40 trials on SQLite (8 on PostgreSQL) and
 85,000 reports arrived after the revocation; now the owner's 204 always leaves the thief
 without a working token, and the export stops at the revocation, cut off.
 tests/test_service_faults.py runs both on each database.
