@@ -256,10 +256,9 @@ def test_a_two_layer_campaign_past_the_ceilings_through_its_shared_draw_is_refus
         assert out["worker_spent"] == pytest.approx(5 * twenty, rel=1e-9)
 
 
-def test_a_two_layer_campaign_with_a_floor_is_accepted_and_billed_per_draw(api):
-    # What the refusal says to do: a flip probability in [0.0474, 0.953] keeps one answer
-    # within 3 whatever the task count. Stated 1, a = 0.05: 2.76 per answer given 99 others,
-    # under the floor's bound ln(0.95 / 0.05) = 2.94.
+def _floored_two_layer(api):
+    """A two-layer campaign of 100 tasks at stated 1 with the flip probability floored at 0.05,
+    and its mechanism."""
     made = make_campaign(
         api,
         mechanism="two-layer",
@@ -268,7 +267,14 @@ def test_a_two_layer_campaign_with_a_floor_is_accepted_and_billed_per_draw(api):
         budget=1000.0,
         tasks=[{"key": f"t{i}"} for i in range(100)],
     )
-    mech = MECHANISMS["two-layer"](**made["mechanism"]["params"])
+    return made, MECHANISMS["two-layer"](**made["mechanism"]["params"])
+
+
+def test_a_two_layer_campaign_with_a_floor_is_accepted_and_billed_per_draw(api):
+    # What the refusal says to do: a flip probability in [0.0474, 0.953] keeps one answer
+    # within 3 whatever the task count. Stated 1, a = 0.05: 2.76 per answer given 99 others,
+    # under the floor's bound ln(0.95 / 0.05) = 2.94.
+    made, mech = _floored_two_layer(api)
     described = made["mechanism"]
     assert described["answers_per_draw"] == 100
     assert described["answer_epsilon"] == pytest.approx(mech.answer_epsilon(100), rel=1e-12)
@@ -378,15 +384,7 @@ def test_each_submission_draws_its_own_flip_probability():
 
 def test_the_enrol_and_submit_commands_print_both_figures_with_their_units(live, tmp_path, capsys):
     base, api = live
-    made = make_campaign(
-        api,
-        mechanism="two-layer",
-        epsilon=1.0,
-        params={"a": 0.05},
-        budget=1000.0,
-        tasks=[{"key": f"t{i}"} for i in range(100)],
-    )
-    mech = MECHANISMS["two-layer"](**made["mechanism"]["params"])
+    made, mech = _floored_two_layer(api)
     state = str(tmp_path / "w.json")
     enrol_cmd = ["client", "enrol", base, made["id"], "--name", "w", "--state", state]
     code, _, err = cli([*enrol_cmd, "--code", invite(api, made["id"])], capsys)
