@@ -32,7 +32,9 @@ class Guarantee:
     note: str = ""
 
     def compose(self, k: int) -> Guarantee:
-        """Sequential composition over ``k`` answers: ``(k eps, k delta)`` for the worker."""
+        """Sequential composition over ``k`` independently perturbed answers: ``(k eps, k delta)``
+        for the worker. Where answers share a private draw (two-layer, two-layer-null,
+        exp-gaussian) this is not the worker's figure: use ``Mechanism.release_epsilon(k)``."""
         if k < 0:
             raise ValidationError(f"Cannot compose a guarantee over {k} answers.")
         return Guarantee(
