@@ -218,6 +218,12 @@ def test_demo_two_layer_prints_what_a_worker_gets(capsys):
     assert max(map(len, out.splitlines())) <= 100
 
 
+def test_demo_two_layer_over_four_labels_picks_a_feasible_a(capsys):
+    # Two-layer at stated 1 over 4 labels is infeasible with the paper's a = 0 (a + b > 1).
+    code, out, _ = run(["demo", "--dataset", "dog", "-M", "two-layer"], capsys)
+    assert code == 0 and "two-layer mechanism" in out and "U(0.04927, 1)" in out
+
+
 def test_console_script_help():
     result = subprocess.run(
         [sys.executable, "-m", "privtd.cli", "infer", "--help"], capture_output=True, text=True
@@ -332,8 +338,11 @@ def test_epsilon_command(capsys):
     assert code == 0 and "f=0.268941" in out and "epsilon=1 per answer" in out
     code, out, _ = run(["epsilon", "-M", "binary-rr", "-p", "f=0.2"], capsys)
     assert code == 0 and "epsilon=1.38629 per attribute" in out
-    code, _, err = run(["epsilon", "-M", "two-layer", "-e", "0", "-p", "n_labels=4"], capsys)
-    assert code == 2 and "Choose a in [0.5, 0.75]" in err
+    args = ["epsilon", "-M", "two-layer", "-e", "0.5", "-p", "n_labels=4"]
+    code, _, err = run([*args, "-p", "a=0"], capsys)
+    assert code == 2 and "Choose a in [0.290" in err and "-p a=VALUE" in err
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "a=0.290" in out
     code, _, err = run(["epsilon", "-M", "one-layer", "-e", "-1"], capsys)
     assert code == 2 and "must be a float in [0, inf)" in err
 

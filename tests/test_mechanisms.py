@@ -56,8 +56,12 @@ def test_epsilon_formulas_for_more_labels():
 
 def test_two_layer_infeasible_is_an_error_with_the_fix():
     # s = 4, epsilon = 0 needs a + b = 1.5: with a = 0, b = 1.5 > 1.
-    with pytest.raises(ValidationError, match=r"Choose a in \[0.5, 0.75\]"):
-        TwoLayerRR.from_epsilon(0.0, n_labels=4)
+    with pytest.raises(ValidationError, match=r"Choose a in \[0.5, 0.75\] \(CLI: -p a=VALUE\)"):
+        TwoLayerRR.from_epsilon(0.0, n_labels=4, a=0.0)
+    # Left unset, a is the paper's 0 where feasible, else the smallest feasible one.
+    auto = TwoLayerRR.from_epsilon(0.0, n_labels=4)
+    assert (auto.a, auto.b) == (pytest.approx(0.5), 1.0) and auto.epsilon == pytest.approx(0.0)
+    assert TwoLayerRR.from_epsilon(1.0, n_labels=2).a == 0.0
     ok = TwoLayerRR.from_epsilon(0.0, n_labels=4, a=0.6)
     assert (ok.a, ok.b) == (0.6, pytest.approx(0.9)) and ok.epsilon == pytest.approx(0.0)
 

@@ -205,20 +205,28 @@ class TwoLayerRR(CellMechanism):
         return shared_flip_epsilons(int(k), self.n_labels, self.a, self.b)[1]
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, n_labels: int = 2, a: float = 0.0) -> TwoLayerRR:  # type: ignore[override]
-        """``a + b = 2 f(epsilon)``; with the paper's ``a = 0``, ``b = 2 f``. Infeasible (b > 1 or
-        b < a) is an error that names the feasible range of ``a``."""
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, n_labels: int = 2, a: float | None = None
+    ) -> TwoLayerRR:
+        """``a + b = 2 f(epsilon)``; with the paper's ``a = 0``, ``b = 2 f``. ``a=None`` takes the
+        paper's ``a = 0`` where it is feasible and otherwise the smallest feasible ``a`` (over
+        more than two labels a small epsilon needs ``2 f > 1``, so ``b = 1`` and
+        ``a = 2 f - 1``). An infeasible ``a`` (b > 1 or b < a) is an error that names the
+        feasible range."""
         _check_labels("TwoLayerRR", n_labels)
         eps = _check_epsilon("TwoLayerRR", epsilon)
         if math.isinf(eps):
             raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
         total = 2.0 * flip_for_epsilon(eps, n_labels)
+        if a is None:
+            a = max(0.0, total - 1.0)
         b = total - a
         if b > 1.0 + 1e-12 or b < a - 1e-12:
             lo, hi = max(0.0, total - 1.0), total / 2.0
             raise ValidationError(
                 f"No U(a, b) with a={a} gives epsilon={eps:g} over {n_labels} labels: it needs "
-                f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}]."
+                f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}] "
+                "(CLI: -p a=VALUE), or leave a unset for the smallest feasible one."
             )
         return cls(float(a), float(min(max(b, a), 1.0)), n_labels)
 
