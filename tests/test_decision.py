@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from cli_runner import run_cli as run
+from crowds import skewed_crowd
 from privtd import datasets, evaluate
 from privtd.errors import ValidationError
 from privtd.inference import AwareDawidSkene, AwareOneCoin, MajorityVote, decide
@@ -96,29 +97,6 @@ def test_estimators_take_and_check_the_decision():
 
 
 # ---------------------------------------------------------------------- the skewed crowd
-def skewed_crowd(seed):
-    """A crowd with the traits of a product-matching set (benchmarks/bench_class_prior.py builds
-    the same one): 8,315 tasks, 3 answers each, 12% of truths class 1; 176 workers, 45%
-    conservative (recall of 1 in 0.1-0.5, of 0 in 0.95-1.0), 35% good (0.75-0.9 / 0.93-0.99),
-    12% coin-flippers, 8% adversarial (0.87 / 0.11)."""
-    gen = np.random.default_rng(seed)
-    kind = gen.choice(4, size=176, p=[0.45, 0.35, 0.12, 0.08])
-    recall_1 = gen.uniform(
-        np.array([0.1, 0.75, 0.5, 0.87])[kind], np.array([0.5, 0.9, 0.5, 0.87])[kind]
-    )
-    recall_0 = gen.uniform(
-        np.array([0.95, 0.93, 0.5, 0.11])[kind], np.array([1.0, 0.99, 0.5, 0.11])[kind]
-    )
-    confusion = np.stack(
-        [np.stack([recall_0, 1 - recall_0], axis=1), np.stack([1 - recall_1, recall_1], axis=1)],
-        axis=2,
-    )
-    answers, truth, _ = datasets.make_categorical(
-        8315, 176, 2, answers_per_task=3, confusion=confusion, prior=[0.88, 0.12], rng=gen
-    )
-    return answers, truth
-
-
 @pytest.fixture(scope="module")
 def skewed():
     answers, truth = skewed_crowd(0)
