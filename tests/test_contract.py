@@ -309,6 +309,34 @@ def test_tasks_nobody_answered(method, kind):
 
 
 @pytest.mark.parametrize("method, kind", CASES)
+def test_workers_without_answers(method, kind):
+    # A campaign's enrolled workers are known before they answer: a listed worker with no
+    # answers must not disturb the truths, nor warn (a 0/0 in a per-worker score).
+    data = toy(kind, method)
+    base = Answers.from_frame(data)
+    m = base.n_workers
+    names = [base.workers[i // 2] if i % 2 else f"idle{i}" for i in range(2 * m + 1)]
+    wide = Answers(
+        task=base.task,
+        worker=(2 * base.worker + 1).astype(np.int32),
+        value=base.value,
+        tasks=base.tasks,
+        workers=pd.Index(names),
+        labels=base.labels,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = fit(method, wide)
+    alone = fit(method, data)
+    if kind == "categorical":
+        assert (est.truths_ == alone.truths_).mean() >= 0.95
+        assert est.probas_.notna().all().all()
+    else:
+        np.testing.assert_allclose(est.truths_, alone.truths_, rtol=1e-4, atol=1e-4)
+    assert len(est.weights_) == 2 * m + 1
+
+
+@pytest.mark.parametrize("method, kind", CASES)
 def test_warm_start_from_a_previous_fit(method, kind):
     data = toy(kind, method)
     est = build(method)

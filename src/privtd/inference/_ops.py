@@ -71,6 +71,12 @@ def task_mean(task: np.ndarray, value: np.ndarray, n_tasks: int) -> np.ndarray:
     return np.divide(total, count, out=np.full(n_tasks, np.nan), where=count > 0)
 
 
+def per_worker(total: np.ndarray, counts: np.ndarray, idle: float) -> np.ndarray:
+    """``total / counts`` per worker; a listed worker without answers (a campaign's enrolled
+    worker who has not answered yet) gets ``idle``, the model's neutral value, not 0/0."""
+    return np.divide(total, counts, out=np.full(counts.shape, float(idle)), where=counts > 0)
+
+
 def largest_change(new: np.ndarray, old: np.ndarray) -> float:
     """max |new - old| over the tasks that have an estimate (NaN marks an unanswered task)."""
     return float(np.fmax.reduce(np.abs(new - old), initial=0.0))

@@ -158,7 +158,11 @@ class AwareGaussian(Estimator):
         # Tasks whose weights sum to 0 fall back to their plain mean (NaN: no answers).
         fallback = task_mean(t, x, n_t)
         fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
-        problem = (t, w, x, counts, m, fallback, fixed, conv, g, tau)
+        # The law G is learned from the workers who answered: a listed worker without answers
+        # would pull each update towards the current G (its posterior is the prior).
+        active = counts > 0
+        w_fit = (np.cumsum(active) - 1)[w] if not active.all() else w
+        problem = (t, w_fit, x, counts[active], m, fallback, fixed, conv, g, tau)
         if _kernels.get_backend() == "numba":
             post_var, objective, n_iter, converged = _kernels.aware_gaussian(
                 *problem, self.prior_weight, self.max_iter, self.tol

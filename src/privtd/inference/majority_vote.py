@@ -41,10 +41,10 @@ class MajorityVote(Estimator):
         if gold is not None:
             proba[gold.index] = np.eye(answers.n_labels)[gold.value]
         truth = argmax_ties(proba, self.tie_break, self.rng)
-        agree = (
-            _kernels.agreement(
-                answers.task, answers.worker, answers.value, truth, answers.n_workers
-            )
-            / answers.worker_counts()
+        matches = _kernels.agreement(
+            answers.task, answers.worker, answers.value, truth, answers.n_workers
         )
+        counts = answers.worker_counts()
+        # A listed worker without answers has no agreement to report: NaN, not a 0/0 warning.
+        agree = np.divide(matches, counts, out=np.full(counts.shape, np.nan), where=counts > 0)
         self._set_results(answers, truth, proba=proba, worker_columns={"agreement": agree})

@@ -54,7 +54,8 @@ class MinimaxEntropy(Estimator):
         penalties (the MAP objective EM climbs), from the E-step's normaliser.
     alpha : float > 0 or None, default None
         Penalty on the task parameters ``tau``. None: ``beta * n_tasks / n_workers``, the
-        authors' code's rule (``beta`` times a worker's mean answer count over a task's).
+        authors' code's rule (``beta`` times a worker's mean answer count over a task's), over
+        the workers who answered (a listed worker without answers changes nothing).
         Large values pin ``tau`` at 0, i.e. a Dawid-Skene model in ``sigma``.
     beta : float > 0 or None, default None
         Penalty on the worker parameters ``sigma``. None: ``K^2 / 4``, the authors' code's
@@ -120,9 +121,10 @@ class MinimaxEntropy(Estimator):
         from scipy.optimize import minimize  # scipy loads on first fit: privtd imports light
 
         model = _Model(answers)
-        k, n_w = model.k, model.n_w
+        k = model.k
         beta = k * k / 4.0 if self.beta is None else float(self.beta)
-        alpha = beta * answers.n_tasks / n_w if self.alpha is None else float(self.alpha)
+        active = max(int(np.count_nonzero(answers.worker_counts())), 1)
+        alpha = beta * answers.n_tasks / active if self.alpha is None else float(self.alpha)
         model.set_penalties(alpha, beta)
         log_prior = np.full(k, -np.log(k))
 

@@ -8,6 +8,7 @@ import pandas as pd
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold
+from ._ops import per_worker
 from .dawid_skene import EPS, gold_array, soft_majority
 
 
@@ -50,7 +51,7 @@ class OneCoinDawidSkene(Estimator):
             )
             objective.append(loglik / answers.n_answers)
             prior = prior_sum / n_t
-            skill = skill_sum / counts
+            skill = per_worker(skill_sum, counts, 1.0 / k)
             if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
                 converged = True
                 break
@@ -80,4 +81,4 @@ class OneCoinDawidSkene(Estimator):
     ) -> np.ndarray:
         """Each worker's accuracy: the mean posterior of the labels it gave (the start; later
         iterations get the same sums from the fused kernel)."""
-        return _kernels.pick_sum(t, x, w, mu, n_w) / counts
+        return per_worker(_kernels.pick_sum(t, x, w, mu, n_w), counts, 1.0 / mu.shape[1])

@@ -12,7 +12,7 @@ import numpy as np
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import Estimator, Gold, _check_float
-from ._ops import shares, vote_matrix
+from ._ops import per_worker, shares, vote_matrix
 
 
 class PrivateDawidSkene(Estimator):
@@ -112,7 +112,7 @@ class PrivateDawidSkene(Estimator):
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
             agree = np.bincount(w, weights=x * y[t] + (1.0 - x) * (1.0 - y[t]), minlength=n_w)
-            p = np.clip(agree / counts, self.projection, 1.0 - self.projection)
+            p = np.clip(per_worker(agree, counts, 0.5), self.projection, 1.0 - self.projection)
             log_odds = np.log(p) - np.log1p(-p)
             new = expit(np.bincount(t, weights=sign * log_odds[w], minlength=n_t))
             if gold is not None:

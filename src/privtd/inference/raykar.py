@@ -9,6 +9,7 @@ import numpy as np
 
 from ._base import _check_choice, _check_float
 from ._loss_weighted import LossWeightedEstimator
+from ._ops import per_worker
 
 
 class Raykar(LossWeightedEstimator):
@@ -46,7 +47,8 @@ class Raykar(LossWeightedEstimator):
             _check_float("Raykar", "gamma", self.gamma, 0.0, low_open=True)
 
     def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        precision = 1.0 / np.maximum(loss / counts, 1e-12)
+        # A worker without answers has no precision to speak of: infinite variance, weight 0.
+        precision = 1.0 / np.maximum(per_worker(loss, counts, np.inf), 1e-12)
         if self.gamma is not None:
             precision = np.minimum(precision, self.gamma)
         return precision

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from ._loss_weighted import LossWeightedEstimator
+from ._ops import per_worker
 
 
 class WeightedAverage(LossWeightedEstimator):
@@ -27,5 +28,6 @@ class WeightedAverage(LossWeightedEstimator):
         self.tol = tol
 
     def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        q = 1.0 / np.maximum(np.sqrt(loss / counts), 1e-12)
+        # A worker without answers: infinite spread, weight 0.
+        q = 1.0 / np.maximum(np.sqrt(per_worker(loss, counts, np.inf)), 1e-12)
         return q / q.sum()

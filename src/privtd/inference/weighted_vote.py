@@ -9,7 +9,7 @@ from .._rng import RNGLike
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
-from ._ops import argmax_ties, softmax_rows, vote_matrix
+from ._ops import argmax_ties, per_worker, softmax_rows, vote_matrix
 from .dawid_skene import gold_array
 
 
@@ -77,7 +77,7 @@ class WeightedVote(Estimator):
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007
             self._tick(n_iter)
-            accuracy = (matches + self.smoothing / k) / (counts + self.smoothing)
+            accuracy = per_worker(matches + self.smoothing / k, counts + self.smoothing, 1.0 / k)
             p = np.clip(accuracy, self.eta, 1.0 - self.eta)
             weight = np.log((k - 1) * p / (1.0 - p))
             if self.tie_break == "first":

@@ -24,7 +24,7 @@ from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold
 from ._channel import channel_matrix, compose_confusions, truth_part
-from ._ops import shares, vote_matrix
+from ._ops import per_worker, shares, vote_matrix
 from .dawid_skene import fix_gold, gold_array
 
 _CLIP = 1e-6
@@ -66,7 +66,7 @@ class ZenCrowd(Estimator):
         fix_gold(mu, gold)
         # The start: the share of each worker's reports that match, taken through the channel
         # (observed accuracy A = p (1 - f) + (1 - p) f / (K - 1) under RR at flip f).
-        reliability = np.bincount(w, mu[t, r], minlength=n_w) / counts
+        reliability = per_worker(np.bincount(w, mu[t, r], minlength=n_w), counts, 1.0 / k)
         if channel is not None:
             f = 1.0 - float(channel[0, 0])
             reliability = (reliability - f / (k - 1)) / (1.0 - f * k / (k - 1))
@@ -95,7 +95,7 @@ class ZenCrowd(Estimator):
             used = reliability
             # A report's own answer is the truth with weight p C[r, l] / P(r | l).
             right = truth_part(channel, flat.reshape(n_w, k, k), composed, reliability)
-            reliability = np.clip(right / counts, _CLIP, 1 - _CLIP)
+            reliability = np.clip(per_worker(right, counts, 1.0 / k), _CLIP, 1 - _CLIP)
             if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
                 converged = True
                 break
