@@ -323,7 +323,9 @@ class AwareOneCoin(Estimator):
         # each worker's expected share of matches, and the log class prior where it is learned.
         def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
             g, matches, prior = state
-            share = np.clip(matches / counts, _FLOOR, 1.0 - _FLOOR)
+            # A worker listed without answers (a crowd's least active) has no share to move:
+            # 0 / 0 would turn the extrapolation, and with it every posterior, into NaN.
+            share = np.clip(matches / np.maximum(counts, 1.0), _FLOOR, 1.0 - _FLOOR)
             parts = [np.log(np.maximum(g, 1e-300)), np.log(share) - np.log1p(-share)]
             return np.concatenate(parts + ([np.log(np.maximum(prior, 1e-300))] if learned else []))
 
