@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -152,6 +153,13 @@ def _fmt(score: tuple[float, float, float]) -> str:
 )
 @click.option("--pilot-epsilon", type=float, help="The epsilon PILOT was perturbed at.")
 @click.option(
+    "--pilot-truth",
+    type=click.Path(dir_okay=False),
+    help="CSV task,truth: the known truths of some PILOT tasks (golden tasks). They give the "
+    "class shares and how much tasks differ in difficulty; without them the plan assumes all "
+    "tasks alike and overestimates at high epsilon and many answers a task.",
+)
+@click.option(
     "--pilot-param", multiple=True, metavar="KEY=VALUE", help="PILOT's mechanism parameter."
 )
 @click.option("--range", "value_range", metavar="LOW,HIGH", help="Numeric: the answer range.")
@@ -186,6 +194,7 @@ def plan_cmd(
     max_answers: int,
     pilot_mechanism: str | None,
     pilot_epsilon: float | None,
+    pilot_truth: str | None,
     pilot_param: tuple[str, ...],
     value_range: str | None,
     noise: float | None,
@@ -197,13 +206,14 @@ def plan_cmd(
     accuracy (the mean per-class recall) and the rarest class's recall, each with a nominal 95%
     interval, for each mechanism and epsilon; MAE for numbers. Describe the crowd roughly
     (--labels, --shares, --accuracy) or give a small PILOT of answers (perturbed or not; name
-    its mechanism with --pilot-mechanism).
+    its mechanism with --pilot-mechanism; --pilot-truth for its golden tasks).
 
     privtd draws fresh crowds from that description, perturbs them with the mechanism and runs
-    the method `privtd infer --mechanism` uses by default. Checked against measured runs on the
-    bundled sets and synthetic crowds (benchmarks/results/plan_validation.txt; docs/plan.md):
-    a plan is as good as its crowd description, and a pilot at low epsilon describes the crowd
-    only roughly.
+    the method `privtd infer --mechanism` uses by default. Checked against measured runs
+    (benchmarks/results/plan_validation.txt, docs/plan.md): within 0.03 on most synthetic
+    cells; on real sets, whose workers and tasks a pilot of a tenth of the tasks describes only
+    roughly, typically within 0.05 and off by up to 0.1 at high epsilon with many answers a
+    task (tasks of uneven difficulty). Read the figures as a guide, not a promise.
 
     Two-layer's stated epsilon holds for one answer alone; the table prints what a worker with
     its answers really loses per answer and over its release, and the recommendation compares
@@ -280,7 +290,7 @@ def plan_cmd(
 
     crowd = _crowd(
         pilot, labels, shares, accuracy, spread, workers, seed,
-        pilot_mechanism, pilot_epsilon, pilot_param,
+        pilot_mechanism, pilot_epsilon, pilot_param, pilot_truth,
     )  # fmt: skip
     k = crowd.n_labels
     names = list(mechanisms) or [m for m in CATEGORICAL_MECHANISMS if m != "binary-rr" or k == 2]
@@ -291,11 +301,17 @@ def plan_cmd(
         raise ValidationError(f"binary-rr is for two labels; this crowd has {k}. Use one-layer.")
     preds = []
     for eps in eps_list:
+        done: dict[str, Any] = {}
         for name in names:
             mech = make_plan_mechanism(name, eps, k, **params)
-            preds.append(
-                predict(crowd, mech, per_task, n_tasks=tasks, replicates=replicates, rng=seed)
-            )
+            if name == "binary-rr" and "one-layer" in done:
+                # Over two labels binary RR is one-layer's channel: the same prediction.
+                done[name] = replace(done["one-layer"], mechanism=name)
+            else:
+                done[name] = predict(
+                    crowd, mech, per_task, n_tasks=tasks, replicates=replicates, rng=seed
+                )
+            preds.append(done[name])
     shown = ", ".join(f"{lab}: {s:.2f}" for lab, s in zip(crowd.labels, crowd.shares, strict=True))
     source = f"pilot {pilot}" if pilot else "rough figures"
     click.echo(
@@ -334,6 +350,8 @@ def plan_cmd(
         metric, value = goal
         for eps in eps_list:
             for name in names:
+                if name == "binary-rr" and "one-layer" in names:
+                    continue  # the same channel as one-layer, searched above
                 mech = make_plan_mechanism(name, eps, k, **params)
                 needed, at = answers_needed(
                     crowd, mech, metric, value, max_per_task=max_answers, n_tasks=tasks,
@@ -363,13 +381,17 @@ def _crowd(
     pilot_mechanism: str | None,
     pilot_epsilon: float | None,
     pilot_param: tuple[str, ...],
+    pilot_truth: str | None,
 ) -> Any:
     from ..plan import Crowd, _check_shares
 
     share = _numbers(shares, "--shares")
     if pilot is None:
-        if pilot_mechanism or pilot_epsilon is not None or pilot_param:
-            raise ValidationError("--pilot-mechanism describes a PILOT file; give one, or drop it.")
+        if pilot_mechanism or pilot_epsilon is not None or pilot_param or pilot_truth:
+            raise ValidationError(
+                "--pilot-mechanism, --pilot-epsilon, --pilot-param and --pilot-truth describe a "
+                "PILOT file; give one, or drop them."
+            )
         k = labels or (len(share) if share else None)
         acc = _numbers(accuracy, "--accuracy")
         if k is None and acc is not None and len(acc) > 1:
@@ -404,10 +426,26 @@ def _crowd(
         raise ValidationError(
             "--pilot-epsilon needs --pilot-mechanism: name how PILOT was perturbed."
         )
-    crowd = Crowd.from_pilot(answers, mech)
-    if share is not None:
-        from dataclasses import replace
+    truth = None
+    if pilot_truth is not None:
+        from ._common import _read_truth_csv
 
+        truth = _read_truth_csv(pilot_truth)
+        truth = truth[truth.index.isin(answers.tasks)]
+        if truth.empty:
+            raise ValidationError(
+                f"--pilot-truth {pilot_truth!r} names none of PILOT's tasks. Give the truths of "
+                "tasks in the pilot."
+            )
+        labels_known = set(answers.labels) if answers.labels is not None else set()
+        unknown = sorted({str(v) for v in truth if v not in labels_known})
+        if unknown:
+            raise ValidationError(
+                f"--pilot-truth has label(s) {unknown[:3]} that no pilot answer gives. Check the "
+                "file, or give a pilot whose answers use every label."
+            )
+    crowd = Crowd.from_pilot(answers, mech, truth)
+    if share is not None:
         crowd = replace(crowd, shares=_check_shares(share, crowd.n_labels))
     return crowd
 
