@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from cli_runner import run_cli
 
+from cli_runner import run_cli
 from privtd.datasets import make_categorical
 from privtd.errors import ValidationError
 from privtd.inference import aware_method, make_estimator
@@ -202,8 +202,9 @@ def test_cli_plan_from_a_pilot_with_truths(capsys, tmp_path):
 
 
 def test_cli_plan_numeric(capsys):
-    args = ["plan", "--kind", "numeric", "--range", "0,10", "--noise", "1", "-M", "exp-gaussian",
-            "-e", "1", "-e", "20", "--tasks", "100", "--workers", "20", "--replicates", "2"]  # fmt: skip
+    args = ["plan", "--kind", "numeric", "--range", "0,10", "--noise", "1",
+            "-M", "exp-gaussian", "-e", "1", "-e", "20", "--tasks", "100", "--workers", "20",
+            "--replicates", "2"]  # fmt: skip
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
     assert "MAE" in out and "median MAE" in out
@@ -221,8 +222,10 @@ def test_cli_plan_numeric(capsys):
         (["plan", "-K", "2", "--shares", "0.5,x"], "--shares takes numbers"),
         (["plan", "-K", "2", "--shares", "0.5,0.3,0.2"], "3 non-negative|2 non-negative"),
         (["plan", "--kind", "numeric", "--noise", "1"], "needs --range LOW,HIGH and --noise"),
-        (["plan", "--kind", "numeric", "--range", "0,1", "--noise", "1", "-M", "one-layer"],
-         "perturbs labels"),  # fmt: skip
+        (
+            ["plan", "--kind", "numeric", "--range", "0,1", "--noise", "1", "-M", "one-layer"],
+            "perturbs labels",
+        ),  # fmt: skip
         (["plan", "-K", "2", "--pilot-epsilon", "1"], "describe a PILOT file"),
         (["plan", "no-such-pilot.csv"], "No such file|does not exist|no-such-pilot"),
     ],
