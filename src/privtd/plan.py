@@ -261,8 +261,10 @@ class Crowd:
         post /= post.sum(axis=1, keepdims=True)
         # A worker's recall of class c: its accuracy moved by how class c's recall differs
         # from the crowd's mean accuracy.
-        # Over more labels the per-class recalls of a small pilot are too noisy to keep.
-        offset = recall - float(share @ recall) if k == 2 else np.zeros(k)
+        # Over more labels the per-class recalls of a small pilot are too noisy to keep unless
+        # golden tasks pin them.
+        with_gold = gold is not None and len(gold) > 0
+        offset = recall - float(share @ recall) if k == 2 or with_gold else np.zeros(k)
         skills = _Skills(grid, post, offset, wrong)
         mean_conf = skills.confusions(post @ grid)
         shifts = None
@@ -286,8 +288,11 @@ class Crowd:
         confusions = self.confusions if self.skills is None else self.skills.draw(gen)
         probs = confusions[worker, :, y]  # [answer, K]: its worker's law given the truth
         if self.task_spread > 0:
-            # A task's difficulty moves every worker's recall on it; wrong answers keep their
-            # proportions.
+            # A task's difficulty moves every worker's recall on it. An easier task takes its
+            # gain from the wrong answers in proportion; a harder one gives its loss to one
+            # decoy label, the same for all its workers: tasks that most workers get wrong
+            # are wrong the same way (one breed taken for another), which is what lets the
+            # wrong answer win however many answers a task gets.
             if self.task_shifts is not None:
                 shift = np.asarray(gen.choice(self.task_shifts, size=n_tasks))[task]
             else:
@@ -295,7 +300,12 @@ class Crowd:
             rows = np.arange(task.shape[0])
             own = probs[rows, y]
             moved = np.clip(own + shift, 1e-3, 1 - 1e-3)
-            probs = probs * ((1 - moved) / np.maximum(1 - own, 1e-12))[:, None]
+            decoy = ((truth + gen.integers(1, self.n_labels, size=n_tasks)) % self.n_labels)[task]
+            easier = moved >= own
+            scaled = probs * ((1 - moved) / np.maximum(1 - own, 1e-12))[:, None]
+            probs = np.where(easier[:, None], scaled, probs)
+            harder = ~easier
+            probs[rows[harder], decoy[harder]] += (own - moved)[harder]
             probs[rows, y] = moved
         cdf = np.cumsum(probs, axis=1)
         u = np.asarray(gen.random(task.shape[0]))[:, None]
@@ -589,22 +599,25 @@ def predict(
     n_tasks: int = 1000,
     replicates: int = 5,
     rng: RNGLike = 0,
+    minority: int | None = None,
 ) -> Prediction:
     """Predict accuracy, balanced accuracy and minority recall for ``mechanism`` (None: no
     perturbation) at ``per_task`` answers a task, over ``n_tasks`` tasks: ``replicates`` fresh
     crowds drawn from ``crowd``, perturbed with the mechanism and inferred with the method
-    ``privtd infer --mechanism`` picks by default."""
+    ``privtd infer --mechanism`` picks by default. ``minority``: the class code whose recall
+    is reported (default: the crowd's rarest class)."""
     if not isinstance(replicates, (int, np.integer)) or replicates < 1:
         raise ValidationError(f"replicates must be an int >= 1. Got {replicates!r}.")
     gen = check_rng(rng)
     method = _default_method(mechanism)
     k = crowd.n_labels
+    rare = crowd.minority if minority is None else int(minority)
     rows = []
     for _ in range(replicates):
         answers, truth = crowd.sample(n_tasks, per_task, gen)
         reports = answers if mechanism is None else mechanism.perturb(answers, rng=_seed(gen))
         pred = _fit_truths(reports, mechanism, method)
-        rows.append(_class_scores(pred, truth, k, crowd.minority))
+        rows.append(_class_scores(pred, truth, k, rare))
     values = np.array(rows)
     mean = np.nanmean(values, axis=0)
     share = crowd.shares
@@ -614,7 +627,7 @@ def predict(
             math.sqrt(mean[0] * (1 - mean[0]) / n_tasks),
             # The balanced accuracy's binomial error, with every class recalled at its mean.
             math.sqrt(float((mean[1] * (1 - mean[1]) / n_c).sum())) / k,
-            math.sqrt(mean[2] * (1 - mean[2]) / n_c[crowd.minority]) if mean[2] == mean[2] else 0,
+            math.sqrt(mean[2] * (1 - mean[2]) / n_c[rare]) if mean[2] == mean[2] else 0,
         ]
     )
     scores = dict(zip(METRICS, _interval(values, binom), strict=True))
