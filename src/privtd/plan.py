@@ -40,6 +40,7 @@ __all__ = [
     "predict_numeric",
     "answers_needed",
     "compare",
+    "recommend",
 ]
 
 #: What a categorical plan predicts (``--target METRIC=VALUE`` names one of them).
@@ -54,6 +55,24 @@ _Z = 1.96
 
 
 # ---------------------------------------------------------------------- crowd models
+@dataclass(frozen=True)
+class _Population:
+    """Workers described roughly: each one's recall of class ``c`` is ``recall[c]`` plus its
+    own ``U(-spread, spread)``, a wrong answer uniform over the other labels."""
+
+    recall: np.ndarray
+    spread: float
+    n_workers: int
+
+    def draw(self, gen: np.random.Generator) -> np.ndarray:
+        k = self.recall.shape[0]
+        offset = gen.uniform(-self.spread, self.spread, size=(self.n_workers, k))
+        own = np.clip(self.recall[None, :] + offset, 1e-3, 1 - 1e-3)  # [w, truth]
+        conf = np.broadcast_to(((1 - own) / (k - 1))[:, None, :], (self.n_workers, k, k)).copy()
+        conf[:, np.arange(k), np.arange(k)] = own
+        return conf
+
+
 @dataclass(frozen=True)
 class _Skills:
     """A pilot's workers as posteriors over their accuracy (``post[w, s]`` on ``grid``), with
@@ -105,9 +124,9 @@ class Crowd:
         Tasks' shifts to draw from (set by :meth:`from_pilot` from golden tasks) instead of a
         normal law with ``task_spread``.
     skills : optional
-        A pilot's workers as posteriors over their accuracy (set by :meth:`from_pilot`): each
-        simulated crowd draws its workers' accuracies from them instead of using
-        ``confusions``.
+        Where each simulated crowd draws its workers from, instead of using ``confusions``:
+        a pilot's workers as posteriors over their accuracy (:meth:`from_pilot`), or the
+        population a rough description gives (:meth:`from_accuracy`).
     """
 
     shares: np.ndarray
@@ -116,7 +135,7 @@ class Crowd:
     labels: pd.Index
     task_counts: np.ndarray | None = None
     task_spread: float = 0.0
-    skills: _Skills | None = field(default=None, repr=False)
+    skills: _Skills | _Population | None = field(default=None, repr=False)
     task_shifts: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -165,14 +184,11 @@ class Crowd:
             raise ValidationError(f"n_workers must be an int >= 1. Got {n_workers!r}.")
         if not 0 <= spread <= 1:
             raise ValidationError(f"spread must be in [0, 1]. Got {spread!r}.")
-        gen = check_rng(rng)
-        offset = gen.uniform(-spread, spread, size=(n_workers, k))
-        own = np.clip(recall[None, :] + offset, 1e-3, 1 - 1e-3)  # [w, truth]
-        conf = np.broadcast_to(((1 - own) / (k - 1))[:, None, :], (n_workers, k, k)).copy()
-        idx = np.arange(k)
-        conf[:, idx, idx] = own
+        population = _Population(recall, float(spread), n_workers)
         activity = np.full(n_workers, 1.0 / n_workers)
-        return cls(share, conf, activity, pd.Index(np.arange(k), name="label"))
+        conf = population.draw(check_rng(rng))
+        # Each simulated crowd draws its own workers: the description is of a population.
+        return cls(share, conf, activity, pd.Index(np.arange(k), name="label"), skills=population)
 
     @classmethod
     def from_pilot(
