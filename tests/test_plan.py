@@ -131,8 +131,14 @@ def test_two_layer_reports_its_true_figures_and_is_not_recommended_on_the_stated
     assert two.answer_epsilon > 1.0  # far above the stated figure
     assert one.answer_epsilon == pytest.approx(1.0)
     text = recommend([one, two])
-    assert text.startswith("epsilon 1: one-layer")
-    assert "not the stated 1" in text
+    assert text.startswith("epsilon 1: per answer, within 1: one-layer")
+    assert f"two-layer states 1 but loses {two.answer_epsilon:.3g} per answer" in text
+    # Per worker, two-layer qualifies where its whole release is within one-layer's k epsilon.
+    assert two.release_epsilon < k * 1.0
+    assert (
+        "per worker (60 answers), within 60: two-layer" in text
+        or two.scores["balanced"][0] < one.scores["balanced"][0]
+    )
 
 
 def test_two_layer_over_four_labels_takes_the_smallest_feasible_a():

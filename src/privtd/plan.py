@@ -787,25 +787,39 @@ def compare(
 
 
 def recommend(predictions: Sequence[Prediction], metric: str = "balanced") -> str:
-    """Which mechanism to use, compared like with like: at each stated epsilon, a mechanism
-    qualifies only if its true per-answer figure (given the worker's other answers) is within
-    it; two-layer's stated epsilon holds for one answer alone, so it rarely does."""
+    """Which mechanism to use at each stated epsilon, compared like with like in both units a
+    worker can care about: **per answer** (one answer given the worker's other answers, within
+    the stated epsilon) and **per worker** (the whole release, within what one-layer's
+    composition gives: ``k epsilon`` for ``k`` answers). Two-layer's stated epsilon holds for
+    one answer alone: its answers share a private flip, so per answer it loses far more than
+    stated, while its whole release can stay below one-layer's."""
     lines = []
     for eps in sorted({p.epsilon for p in predictions}):
         cells = [p for p in predictions if p.epsilon == eps]
-        fair = [p for p in cells if not p.answer_epsilon > eps * (1 + 1e-9)]
-        pool = fair or cells
-        best = max(pool, key=lambda p: p.scores[metric][0])
-        text = f"epsilon {eps:g}: {best.mechanism}"
-        if best.mechanism == "two-layer":
-            text += f" with a={best.params['a']:.3g}"
-        text += f" ({metric} {best.scores[metric][0]:.3f})"
-        unfair = [p for p in cells if p not in fair]
+        k = max(1, math.ceil(cells[0].answers_per_worker))
+        parts = []
+        for unit, budget, figure in (
+            ("per answer", eps, "answer_epsilon"),
+            (f"per worker ({k} answers)", k * eps, "release_epsilon"),
+        ):
+            fair = [p for p in cells if not getattr(p, figure) > budget * (1 + 1e-6)]
+            if not fair:
+                parts.append(f"{unit}: none within {budget:.3g}")
+                continue
+            best = max(fair, key=lambda p: p.scores[metric][0])
+            name = best.mechanism
+            if name == "two-layer":
+                name += f" (a={best.params['a']:.3g})"
+            parts.append(
+                f"{unit}, within {budget:.3g}: {name}, {metric} {best.scores[metric][0]:.3f} "
+                f"(it gives {getattr(best, figure):.3g})"
+            )
+        unfair = [p for p in cells if p.answer_epsilon > eps * (1 + 1e-6)]
+        text = f"epsilon {eps:g}: " + "; ".join(parts)
         for p in unfair:
             text += (
-                f"; {p.mechanism} predicts {p.scores[metric][0]:.3f} but a worker giving "
-                f"{math.ceil(p.answers_per_worker)} answers loses {p.answer_epsilon:.3g} per "
-                f"answer (its release {p.release_epsilon:.3g}), not the stated {eps:g}"
+                f". {p.mechanism} states {eps:g} but loses {p.answer_epsilon:.3g} per answer "
+                "given the worker's others"
             )
         lines.append(text)
     return "\n".join(lines)

@@ -210,10 +210,11 @@ def plan_cmd(
 
     privtd draws fresh crowds from that description, perturbs them with the mechanism and runs
     the method `privtd infer --mechanism` uses by default. Checked against measured runs
-    (benchmarks/results/plan_validation.txt, docs/plan.md): within 0.03 on most synthetic
-    cells; on real sets, whose workers and tasks a pilot of a tenth of the tasks describes only
-    roughly, typically within 0.05 and off by up to 0.1 at high epsilon with many answers a
-    task (tasks of uneven difficulty). Read the figures as a guide, not a promise.
+    (benchmarks/results/plan_validation.txt, docs/plan.md): balanced accuracy within 0.03 in
+    46 of 48 synthetic cells; on real sets, from a pilot of a tenth of the tasks with their
+    truths, within 0.03 in 41 of 72 cells and off by up to 0.09 at high epsilon with many
+    answers a task (tasks of uneven difficulty: an upper bound there) and 0.13 under two-layer.
+    Read the figures as a guide, not a promise.
 
     Two-layer's stated epsilon holds for one answer alone; the table prints what a worker with
     its answers really loses per answer and over its release, and the recommendation compares
@@ -344,7 +345,14 @@ def plan_cmd(
             f"two-layer over {k} labels used a = {', '.join(map(str, a_used))} (the smallest "
             "feasible at each epsilon; -p a=... to choose)."
         )
-    click.echo("recommended (compared at each epsilon on the true per-answer figure):")
+    if "binary-rr" in names and "one-layer" in names:
+        click.echo(
+            "binary-rr over two labels is one-layer's channel (P4's per-attribute unit): the "
+            "same figures."
+        )
+    click.echo(
+        "recommended (compared at each epsilon on the true figures, per answer and per worker):"
+    )
     click.echo(recommend(preds))
     if goal is not None:
         metric, value = goal
@@ -365,7 +373,9 @@ def plan_cmd(
                 else:
                     click.echo(
                         f"target {metric} >= {value:g}: {name} at epsilon {eps:g} needs {needed} "
-                        f"answers a task ({_fmt(at.scores[metric])})"
+                        f"answer{'s' if needed > 1 else ''} a task ({_fmt(at.scores[metric])}); "
+                        f"a worker then gives {math.ceil(at.answers_per_worker)} answers: "
+                        f"{at.answer_epsilon:.3g} per answer, {at.release_epsilon:.3g} in all"
                     )
     _maybe_write(output, preds)
 
