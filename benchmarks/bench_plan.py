@@ -37,11 +37,13 @@ from privtd.answers import Answers
 from privtd.errors import ConvergenceWarning
 from privtd.plan import (
     Crowd,
+    NumericCrowd,
     _class_scores,
     _default_method,
     _fit_truths,
     make_plan_mechanism,
     predict,
+    predict_numeric,
 )
 
 OUT = Path(__file__).resolve().parent / "results" / "plan_validation.txt"
@@ -195,6 +197,45 @@ def cell(job: tuple[str, str, float, int, int, int]) -> dict[str, Any]:
     }
 
 
+#: A numeric crowd: truths uniform in [0, 10], each worker's error SD ``NOISE`` times
+#: ``U(0.5, 1.5)``, described to the plan as ``--range 0,10 --noise 1 --spread 0.5``.
+NUMERIC = {"low": 0.0, "high": 10.0, "noise": 1.0, "spread": 0.5, "workers": 50, "tasks": 500}
+NUMERIC_REDUNDANCY = (3, 5)
+
+
+def numeric_cell(job: tuple[str, float, int, int, int]) -> dict[str, Any]:
+    """MAE measured on the data sets' numeric generator, and predicted from the description."""
+    mech_name, eps, per_task, seeds, replicates = job
+    spec = NUMERIC
+    bounds = {"low": spec["low"], "high": spec["high"]}
+    if mech_name == "laplace":
+        bounds = {k: int(v) for k, v in bounds.items()}
+    mech = make_plan_mechanism(mech_name, eps, **bounds)
+    method = _default_method(mech)
+    maes = []
+    for seed in range(seeds):
+        gen = np.random.default_rng(2000 + seed)
+        sd = spec["noise"] * gen.uniform(1 - spec["spread"], 1 + spec["spread"], spec["workers"])
+        answers, truth, _ = datasets.make_numeric(
+            spec["tasks"], spec["workers"], answers_per_task=per_task,
+            truth=(spec["low"], spec["high"]), sigma=sd, rng=gen,
+        )  # fmt: skip
+        value = np.clip(answers.value, spec["low"], spec["high"])
+        if mech_name == "laplace":
+            value = np.round(value)
+        reports = mech.perturb(answers.with_values(value), rng=seed)
+        pred = _fit_truths(reports, mech, method)
+        maes.append(float(np.abs(pred - truth.reindex(reports.tasks).to_numpy()).mean()))
+    crowd = NumericCrowd.from_noise(
+        spec["low"], spec["high"], spec["noise"], n_workers=spec["workers"],
+        spread=spec["spread"], rng=0,
+    )  # fmt: skip
+    p = predict_numeric(crowd, mech, per_task, n_tasks=spec["tasks"], replicates=replicates, rng=99)
+    return {"mechanism": mech_name, "eps": eps, "r": per_task, "measured": float(np.mean(maes)),
+            "predicted": p.scores["mae"][0], "interval": p.scores["mae"][1:],
+            "baseline": p.baseline}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -204,6 +245,7 @@ def main() -> None:
     parser.add_argument("--epsilons", nargs="*", type=float, default=list(EPSILONS))
     parser.add_argument("--mechanisms", nargs="*", default=list(MECHANISMS))
     parser.add_argument("--output", type=Path, default=OUT)
+    parser.add_argument("--no-numeric", action="store_true", help="Skip the numeric cells.")
     args = parser.parse_args()
     jobs = []
     for name in args.data:
@@ -213,11 +255,20 @@ def main() -> None:
                 for r in levels:
                     jobs.append((name, mech, eps, r, args.seeds, args.replicates))
     start = time.perf_counter()
+    numeric_jobs = [
+        (mech, eps, r, args.seeds, args.replicates)
+        for mech in ("exp-gaussian", "laplace")
+        for eps in args.epsilons
+        for r in NUMERIC_REDUNDANCY
+        if not args.no_numeric
+    ]
     if args.jobs > 1:
         with Pool(args.jobs) as pool:
             rows = pool.map(cell, jobs, chunksize=1)
+            numeric_rows = pool.map(numeric_cell, numeric_jobs, chunksize=1)
     else:
         rows = [cell(job) for job in jobs]
+        numeric_rows = [numeric_cell(job) for job in numeric_jobs]
     lines = [
         f"# privtd plan: predicted vs measured (mean of {args.seeds} seeds); "
         f"{args.replicates} simulated crowds per prediction; pass = all three within "
@@ -246,12 +297,36 @@ def main() -> None:
     n_ok = len(rows) - len(misses)
     lines.append(f"# {n_ok} of {len(rows)} cells within {TOLERANCE} on all three metrics")
     for metric, i in (("accuracy", 0), ("balanced", 1), ("minority", 2)):
+        if not rows:
+            break
         err = np.array([abs(r["predicted"][i] - r["measured"][i]) for r in rows])
         lines.append(
             f"# {metric}: mean |error| {np.nanmean(err):.3f}, max {np.nanmax(err):.3f}, "
             f"within {TOLERANCE}: {int((err <= TOLERANCE).sum())}/{len(rows)}"
         )
     lines += [f"# miss: {m}" for m in misses]
+    if numeric_rows:
+        lines += [
+            "# numeric: truths uniform in [0, 10], worker error SD 1 x U(0.5, 1.5), "
+            f"{NUMERIC['workers']} workers, {NUMERIC['tasks']} tasks; MAE measured / predicted "
+            "(relative error), the plan's 95% interval, and the median-of-answers baseline",
+            f"{'mechanism':<13} {'eps':>4} {'r':>3}  {'MAE meas/pred':<24} {'interval':<16} "
+            "baseline",
+        ]
+        for row in numeric_rows:
+            rel = (row["predicted"] - row["measured"]) / row["measured"]
+            lo, hi = row["interval"]
+            lines.append(
+                f"{row['mechanism']:<13} {row['eps']:>4g} {row['r']:>3}  "
+                f"{row['measured']:.3f}/{row['predicted']:.3f} ({rel:+.1%})".ljust(44)
+                + f" [{lo:.2f}, {hi:.2f}]".ljust(17)
+                + f" {row['baseline']:.3f}"
+            )
+        rels = [abs(r["predicted"] - r["measured"]) / r["measured"] for r in numeric_rows]
+        lines.append(
+            f"# numeric: mean relative error {np.mean(rels):.1%}, max {np.max(rels):.1%}, "
+            f"within 10%: {sum(r <= 0.1 for r in rels)}/{len(rels)}"
+        )
     lines.append(f"# {time.perf_counter() - start:.0f} s with {args.jobs} job(s)")
     text = "\n".join(lines) + "\n"
     print(text, end="")
