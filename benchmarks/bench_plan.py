@@ -8,17 +8,22 @@ subsample and one perturbation (for the synthetic crowds, one crowd drawn from t
 population). Predicted: ``privtd.plan.predict`` from what a requester has before collecting:
 
 - bundled sets (those with at least 500 truths: sentiment, dog, web): a pilot of 10% of the
-  tasks, all their answers, perturbed with the same mechanism and epsilon; the crowd is fitted
-  on it (``Crowd.from_pilot``, no truths) and the measured runs use the other 90% of the tasks;
+  tasks, all their answers, perturbed under one-layer at the planned epsilon (one pilot serves
+  every mechanism), with those tasks' truths as golden tasks (``Crowd.from_pilot``); the
+  measured runs use the other 90% of the tasks, whose truths the plan never sees;
 - synthetic crowds: the rough description the crowd was drawn from (class shares, mean
   per-class recall and its spread), as a requester would state it (``Crowd.from_accuracy``).
 
 Two-layer over more than two labels uses the smallest feasible ``a`` (the paper's 0 where the
 epsilon allows it). A cell passes when every metric is within 0.03 of the measured mean.
+Numeric cells: the MAE of a synthetic numeric crowd under exp-gaussian and laplace, measured on
+``privtd.datasets.make_numeric`` and predicted by ``privtd.plan.predict_numeric`` from its
+description.
 
     PYTHONPATH=src python benchmarks/bench_plan.py [--seeds 10] [--jobs 16] [--data NAME ...]
 
-Writes benchmarks/results/plan_validation.txt (the full grid: about 10 minutes on 16 cores).
+Writes benchmarks/results/plan_validation.txt (the full grid: about 2 minutes on one core;
+``--jobs N`` runs the cells in N processes).
 """
 
 from __future__ import annotations
