@@ -244,3 +244,25 @@ def test_cli_plan_errors_are_one_line(capsys, args, message):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert re.search(message, lines[0]), lines[0]
+
+
+def test_docs_validation_table_quotes_the_stored_results():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    stored = (root / "benchmarks" / "results" / "plan_validation.txt").read_text()
+    docs = (root / "docs" / "plan.md").read_text()
+    names = {"skewed": "skewed", "binary": "binary", "four": "four classes"}
+    names |= {n: n for n in ("sentiment", "dog", "web")}
+    for data, label in names.items():
+        rows = [line for line in stored.splitlines() if line.split()[:1] == [data]]
+        diffs = [[float(d) for d in re.findall(r"\(([+-]\d\.\d+)\)", row)] for row in rows]
+        bal = [abs(d[1]) for d in diffs]
+        rare = [abs(d[2]) for d in diffs]
+        cells = (
+            f"| {len(rows)} | {np.mean(bal):.3f} | {max(bal):.3f} | "
+            f"{sum(b <= 0.03 for b in bal)} | {np.mean(rare):.3f}, {sum(r <= 0.03 for r in rare)} |"
+        )
+        line = next(row for row in docs.splitlines() if row.startswith(f"| {label} "))
+        assert line.endswith(cells), (line, cells)
