@@ -266,3 +266,11 @@ def test_docs_validation_table_quotes_the_stored_results():
         )
         line = next(row for row in docs.splitlines() if row.startswith(f"| {label} "))
         assert line.endswith(cells), (line, cells)
+
+
+def test_cli_plan_refuses_a_numeric_pilot(capsys, tmp_path):
+    pilot = tmp_path / "pilot.csv"
+    pilot.write_text("task,worker,answer\nt1,w1,1.5\nt1,w2,2.5\nt2,w1,0.5\n")
+    code, _, err = run_cli(["plan", pilot], capsys)
+    assert code != 0
+    assert err.count("\n") == 1 and "needs labels; these answers are numbers" in err

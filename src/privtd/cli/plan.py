@@ -419,7 +419,7 @@ def _crowd(
         raise ValidationError(
             "With a PILOT file the crowd is fitted from it: drop --accuracy, --labels and --spread."
         )
-    imported = _read_answers(pilot, "auto", None, None, None, None, False, kind="categorical")
+    imported = _read_answers(pilot, "auto", None, None, None, None, False)
     answers = imported.answers
     mech = None
     if pilot_mechanism is not None:
