@@ -340,11 +340,15 @@ def plan_cmd(
         "(privtd infer's default)."
     )
     if any(p.mechanism == "two-layer" and p.params.get("a", 0) > 0 for p in preds):
-        a_used = sorted({round(p.params["a"], 4) for p in preds if p.mechanism == "two-layer"})
-        click.echo(
-            f"two-layer over {k} labels used a = {', '.join(map(str, a_used))} (the smallest "
-            "feasible at each epsilon; -p a=... to choose)."
+        used = ", ".join(
+            f"{p.params['a']:.3g} at epsilon {p.epsilon:g}"
+            for p in preds
+            if p.mechanism == "two-layer"
         )
+        how = (
+            "as given (-p a=...)" if "a" in params else "the smallest feasible; -p a=... to choose"
+        )
+        click.echo(f"two-layer over {k} labels used a = {used} ({how}).")
     if "binary-rr" in names and "one-layer" in names:
         click.echo(
             "binary-rr over two labels is one-layer's channel (P4's per-attribute unit): the "
