@@ -123,6 +123,9 @@ class Crowd:
     task_shifts : array, optional
         Tasks' shifts to draw from (set by :meth:`from_pilot` from golden tasks) instead of a
         normal law with ``task_spread``.
+    refits : tuple of Crowd
+        The same crowd fitted again on pilots resampled by task (set by :meth:`from_pilot`):
+        how much the fit itself could be off, which widens a prediction's interval.
     skills : optional
         Where each simulated crowd draws its workers from, instead of using ``confusions``:
         a pilot's workers as posteriors over their accuracy (:meth:`from_pilot`), or the
@@ -137,6 +140,7 @@ class Crowd:
     task_spread: float = 0.0
     skills: _Skills | _Population | None = field(default=None, repr=False)
     task_shifts: np.ndarray | None = field(default=None, repr=False)
+    refits: tuple[Crowd, ...] = field(default=(), repr=False)
 
     @property
     def n_labels(self) -> int:
@@ -192,7 +196,13 @@ class Crowd:
 
     @classmethod
     def from_pilot(
-        cls, answers: Answers, mechanism: Any = None, truth: pd.Series | None = None
+        cls,
+        answers: Answers,
+        mechanism: Any = None,
+        truth: pd.Series | None = None,
+        *,
+        refits: int = 5,
+        rng: RNGLike = 0,
     ) -> Crowd:
         """A crowd fitted on a pilot's answers (perturbed by ``mechanism``, or None), and on
         the truths of some of its tasks where the requester knows them (``truth``, a Series by
@@ -287,9 +297,15 @@ class Crowd:
         if gold is not None and len(gold):
             shifts = _task_shifts(answers, gold, mean_conf, flips, weight)
         assert answers.labels is not None
+        again: list[Crowd] = []
+        if refits > 0:
+            gen = check_rng(rng)
+            for _ in range(refits):
+                pilot, gold_again = _resample_tasks(answers, gold, gen)
+                again.append(cls.from_pilot(pilot, mechanism, gold_again, refits=0))
         return cls(
             share, mean_conf, n_u / n_u.sum(), answers.labels, answers.task_counts().copy(),
-            0.0 if shifts is None else float(np.std(shifts)), skills, shifts,
+            0.0 if shifts is None else float(np.std(shifts)), skills, shifts, tuple(again),
         )  # fmt: skip
 
     def sample(
@@ -390,6 +406,36 @@ class NumericCrowd:
             workers=pd.Index([f"w{i}" for i in used]),
         )
         return answers, truth
+
+
+def _resample_tasks(
+    answers: Answers, gold: pd.Series | None, gen: np.random.Generator
+) -> tuple[Answers, pd.Series | None]:
+    """The pilot resampled by task with replacement (each draw a new task with the drawn one's
+    answers), and the golden truths of the drawn tasks under their new ids."""
+    n = answers.n_tasks
+    pick = gen.integers(0, n, size=n)
+    order = np.argsort(answers.task, kind="stable")
+    counts = answers.task_counts()
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    lens = counts[pick]
+    within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    rows = order[np.repeat(starts[pick], lens) + within]
+    used, worker = np.unique(answers.worker[rows], return_inverse=True)
+    tasks = pd.Index([f"b{i}" for i in range(n)])
+    again = Answers(
+        task=np.repeat(np.arange(n), lens).astype(np.int32),
+        worker=worker.astype(np.int32),
+        value=answers.value[rows],
+        tasks=tasks,
+        workers=answers.workers.take(used),
+        labels=answers.labels,
+    )
+    if gold is None or not len(gold):
+        return again, None
+    known = answers.tasks.take(pick).isin(gold.index)
+    truths = gold.reindex(answers.tasks.take(pick)[known]).to_numpy()
+    return again, pd.Series(truths, index=tasks[known])
 
 
 def _task_shifts(
@@ -628,14 +674,17 @@ def predict(
     method = _default_method(mechanism)
     k = crowd.n_labels
     rare = crowd.minority if minority is None else int(minority)
-    rows = []
-    for _ in range(replicates):
-        answers, truth = crowd.sample(n_tasks, per_task, gen)
+
+    def run(source: Crowd) -> np.ndarray:
+        answers, truth = source.sample(n_tasks, per_task, gen)
         reports = answers if mechanism is None else mechanism.perturb(answers, rng=_seed(gen))
-        pred = _fit_truths(reports, mechanism, method)
-        rows.append(_class_scores(pred, truth, k, rare))
-    values = np.array(rows)
+        return _class_scores(_fit_truths(reports, mechanism, method), truth, k, rare)
+
+    values = np.array([run(crowd) for _ in range(replicates)])
     mean = np.nanmean(values, axis=0)
+    # The crowds refitted on resampled pilots: their runs spread by the simulation's noise and
+    # by how far the fit could be off; the interval takes the wider of the two.
+    refit = np.array([run(c) for c in crowd.refits[:replicates]]).reshape(-1, 3)
     share = crowd.shares
     n_c = np.maximum(share * n_tasks, 1.0)
     binom = np.array(
@@ -646,6 +695,9 @@ def predict(
             math.sqrt(mean[2] * (1 - mean[2]) / n_c[rare]) if mean[2] == mean[2] else 0,
         ]
     )
+    if refit.shape[0] > 1:
+        spread = np.nanstd(refit, axis=0, ddof=1)
+        binom = np.maximum(binom, np.sqrt(spread**2 + (np.nanmean(refit, axis=0) - mean) ** 2))
     scores = dict(zip(METRICS, _interval(values, binom), strict=True))
     scores = {m: (v[0], max(0.0, v[1]), min(1.0, v[2])) for m, v in scores.items()}
     per_worker = n_tasks * float(np.mean(np.minimum(per_task, _available(crowd)))) / crowd.n_workers
