@@ -274,3 +274,18 @@ def test_cli_plan_refuses_a_numeric_pilot(capsys, tmp_path):
     code, _, err = run_cli(["plan", pilot], capsys)
     assert code != 0
     assert err.count("\n") == 1 and "needs labels; these answers are numbers" in err
+
+
+def test_a_small_pilot_widens_the_interval_by_its_refits():
+    from dataclasses import replace
+
+    answers, _, _ = make_categorical(40, 12, 2, answers_per_task=4, accuracy=(0.6, 0.9), rng=6)
+    mech = OneLayerRR.from_epsilon(1.0, 2)
+    crowd = Crowd.from_pilot(mech.perturb(answers, rng=7), mech, refits=3, rng=0)
+    assert len(crowd.refits) == 3 and all(not c.refits for c in crowd.refits)
+    alone = replace(crowd, refits=())
+    wide = predict(crowd, mech, 3, n_tasks=300, replicates=3, rng=1)
+    narrow = predict(alone, mech, 3, n_tasks=300, replicates=3, rng=1)
+    assert wide.scores["balanced"][0] == narrow.scores["balanced"][0]  # same point prediction
+    lo, hi = wide.scores["balanced"][1:]
+    assert hi - lo > narrow.scores["balanced"][2] - narrow.scores["balanced"][1]
