@@ -409,6 +409,7 @@ COMMANDS = {
     "demo": "infer:demo",
     "perturb": "privacy:perturb",
     "epsilon": "privacy:epsilon_cmd",
+    "plan": "plan:plan_cmd",
     "audit": "privacy:audit_cmd",
     "attack": "privacy:attack_cmd",
     "secure-em": "secure:secure_em_cmd",
