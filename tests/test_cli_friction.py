@@ -427,3 +427,42 @@ def test_every_aware_method_has_its_notes():
     assert set(AWARE_WITHOUT_MECHANISM) == AWARE_METHODS - set(RELEASE_METHODS)
     assert set(AWARE_FORM) <= set(METHODS) - AWARE_METHODS
     assert set(AWARE_FORM.values()) <= AWARE_METHODS
+
+
+# ---------------------------------------------------------------------- spreadsheets
+def _workbook(path, content=b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"):
+    path.write_bytes(content + b"\x00" * 64)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("answers.xlsx", b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"),
+        ("answers.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"),
+        ("answers.ods", b"PK\x03\x04mimetypeapplication/vnd.oasis.opendocument.spreadsheet"),
+        # A workbook renamed .csv is still told apart by its first bytes.
+        ("renamed.csv", b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"),
+    ],
+)
+def test_spreadsheets_get_one_line_saying_save_as_csv(name, content, tmp_path, capsys):
+    book = _workbook(tmp_path / name, content)
+    out = tmp_path / "o.csv"
+    commands = [
+        ["infer", book, "-m", "mv", "-o", out],
+        ["perturb", book, "-M", "one-layer", "-e", "1", "--seed", "0", "-o", out],
+        ["evaluate", book, "--truth", book],
+    ]
+    for args in commands:
+        line = one_line_error(*run(args, capsys)[::2])
+        assert "Excel files are not read; save as CSV" in line, (args, line)
+
+
+def test_spreadsheet_refused_by_the_python_readers(tmp_path):
+    from privtd import Answers, io
+    from privtd.errors import ValidationError
+
+    book = _workbook(tmp_path / "a.xlsx")
+    for read in (io.read, Answers.from_path, Answers.from_csv):
+        with pytest.raises(ValidationError, match="Excel files are not read; save as CSV"):
+            read(str(book))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._csv import read_csv
+from ._files import refuse_spreadsheet
 from ._repr import short_list
 from .errors import NotNumericError, SchemaError, ValidationError
 
@@ -525,6 +526,7 @@ class Answers:
 
 # ---------------------------------------------------------------------- internals
 def _read_table(path: str, fmt: str, kwargs: dict[str, Any], delimiter: str = ",") -> pd.DataFrame:
+    refuse_spreadsheet(path)
     try:
         if fmt == "parquet":
             try:

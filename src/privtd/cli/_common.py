@@ -144,7 +144,9 @@ def _read_truth_csv(path: str) -> pd.Series:
     import pandas as pd
 
     from .._csv import read_csv
+    from .._files import refuse_spreadsheet
 
+    refuse_spreadsheet(path)
     # Read as the answers are (privtd._csv), so a truth of integer labels with a blank cell
     # stays integers, and an unreadable file gets the same one-line error as in infer.
     try:

@@ -324,8 +324,10 @@ def campaign_create(
     enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
     import pandas as pd
 
+    from .._files import refuse_spreadsheet
     from ..client import Requester
 
+    refuse_spreadsheet(tasks_path)
     frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
     if "task" not in frame.columns:
         raise ValidationError(f"{tasks_path} lacks a 'task' column.")
@@ -710,8 +712,10 @@ def client_submit(answers: str, state: str) -> None:
     """Perturb ANSWERS (CSV: task,answer) on this machine and submit them."""
     import pandas as pd
 
+    from .._files import refuse_spreadsheet
     from ..client import Worker
 
+    refuse_spreadsheet(answers)
     frame = pd.read_csv(answers, dtype={"task": str})
     missing = {"task", "answer"} - set(frame.columns)
     if missing:

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from .._files import refuse_spreadsheet
 from ..errors import SchemaError, ValidationError
 from ._base import FORMAT_LABELS, Imported
 from .appen import read_appen
@@ -73,6 +74,7 @@ def detect(path: str) -> str:
     ``annotations`` is Label Studio; a header with ``ASSIGNMENT:worker_id`` is Toloka, with
     ``WorkerId`` and ``HITId`` MTurk, with ``_unit_id`` and ``_worker_id`` Appen; anything
     else (and Parquet) is the long table."""
+    refuse_spreadsheet(path)
     if str(path).lower().endswith(_PARQUET):
         return "long"
     text = _head(path)
