@@ -590,6 +590,12 @@ def infer(
     )
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
+    if mechanism is not None and not data.is_categorical and engine == "memory":
+        from ..mechanisms.utility import noise_warning
+
+        noisy = noise_warning(mech, data)
+        if noisy:
+            click.echo(f"privtd: warning: {noisy}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
         from ..inference.decision import fitted_prior, one_class_warning
 

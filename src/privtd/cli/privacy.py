@@ -61,6 +61,14 @@ from ._names import MECHANISM_NAMES
     "output). `privtd infer --mechanism-report` reads it.",
 )
 @click.option(
+    "--clip",
+    metavar="LOW,HIGH",
+    help="Numeric mechanisms: clip the answers to [LOW, HIGH] before perturbing (the count "
+    "clipped is printed); LOW and HIGH are then the mechanism's declared range (its low and "
+    "high), which its sensitivity and guarantee rest on. Without it an answer outside the "
+    "range is an error.",
+)
+@click.option(
     "--allow-float-leak",
     is_flag=True,
     help="mf only: make a real release (no --seed) although mf's floating-point rows can rule "
@@ -77,6 +85,7 @@ def perturb(
     seed: int | None,
     output: str,
     report: str | None,
+    clip: str | None,
     allow_float_leak: bool,
     fmt: str,
     delimiter: str | None,
@@ -98,6 +107,10 @@ def perturb(
     the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
     real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
     release needs --allow-float-leak.
+
+    Numeric answers are perturbed within the mechanism's declared range (-p low=... -p
+    high=...): --clip LOW,HIGH clips them into it first and declares it (docs/privacy.md,
+    "Clipping numeric answers").
     """
     import numpy as np
 
@@ -121,6 +134,7 @@ def perturb(
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     kind = MECHANISMS[mechanism].kind
+    bounds = _clip_bounds(clip, mechanism, kind, param_values) if clip is not None else None
     try:
         imported = _read_answers(
             answers,
@@ -150,6 +164,12 @@ def perturb(
             err=True,
         )
     _warn_label_set(data)
+    clipped: dict[str, Any] | None = None
+    if bounds is not None:
+        data, clipped = _clip(data, *bounds)
+        param_values.update(low=bounds[0], high=bounds[1])
+    elif kind == "numeric" and {"low", "high"} <= set(param_values):
+        _check_in_range(data, param_values["low"], param_values["high"])
     params = _mechanism_params(mechanism, param_values, data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
@@ -181,6 +201,8 @@ def perturb(
         "n_answers": data.n_answers,
         "n_output": perturbed.n_answers,
     }
+    if clipped is not None:
+        summary["clipped"] = clipped
     if perturbed.n_answers == data.n_answers:  # same cells: say how many changed
         summary["changed_fraction"] = float((perturbed.value != data.value).mean())
     # One private draw per worker, as perturb draws: each worker's total is its whole release.
@@ -215,9 +237,97 @@ def perturb(
         f"{data.n_answers} answers of {data.n_workers} workers, {changed} -> {_shown(output)}",
         err=True,
     )
+    if clipped is not None:
+        click.echo(_clip_line(clipped, data.n_answers, mech), err=True)
     click.echo(f"the largest release ({largest} {mech.unit}s of one worker, one draw):", err=True)
     for line in format_release_figures(mech, largest)[1:]:
         click.echo(line, err=True)
+
+
+def _clip_bounds(
+    text: str, mechanism: str, kind: str, params: dict[str, Any]
+) -> tuple[float, float]:
+    """``--clip LOW,HIGH`` as the mechanism's range: numbers, ``LOW < HIGH``, integers for the
+    mechanisms over integer scores, and no other range given with ``-p``."""
+    from ..mechanisms import MECHANISMS
+    from ..mechanisms.null_aware import ScoreDomain
+
+    if kind != "numeric":
+        raise ValidationError(
+            f"--clip applies to numeric answers; the {mechanism} mechanism perturbs labels. "
+            "Drop --clip."
+        )
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise ValidationError(
+            f"--clip takes LOW,HIGH, two numbers (e.g. 0,100). Got {text!r}."
+        ) from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValidationError(f"--clip needs finite LOW < HIGH. Got {text!r}.")
+    if issubclass(MECHANISMS[mechanism], ScoreDomain):
+        if not (low.is_integer() and high.is_integer()):
+            raise ValidationError(
+                f"The {mechanism} mechanism perturbs integer scores: --clip takes two integers. "
+                f"Got {text!r}."
+            )
+        low, high = int(low), int(high)
+    for name, bound in (("low", low), ("high", high)):
+        if name in params and float(params[name]) != float(bound):
+            raise ValidationError(
+                f"-p {name}={params[name]} disagrees with --clip {text}: --clip declares the "
+                f"mechanism's range. Drop -p {name}."
+            )
+    return low, high
+
+
+def _clip(data: Any, low: float, high: float) -> tuple[Any, dict[str, Any]]:
+    """The answers clipped to ``[low, high]`` and what was clipped: the worker-side step
+    before the mechanism, so that every answer lies in the range its guarantee assumes."""
+    import numpy as np
+
+    value = np.asarray(data.value, dtype=np.float64)
+    below, above = int((value < low).sum()), int((value > high).sum())
+    if below or above:
+        data = data.with_values(np.clip(value, low, high))
+    return data, {"low": low, "high": high, "below": below, "above": above}
+
+
+def _check_in_range(data: Any, low: Any, high: Any) -> None:
+    """An answer outside the declared range is an error that names --clip, before the
+    mechanism's own check (which cannot know the flag)."""
+    import numpy as np
+
+    value = np.asarray(data.value, dtype=np.float64)
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return  # the mechanism's constructor says what is wrong with them
+    out = (value < lo) | (value > hi)
+    if out.any():
+        raise ValidationError(
+            f"{int(out.sum())} of {value.size} answer(s) fall outside the declared range "
+            f"[{low}, {high}] (first: {value[out][0]:g}); the guarantee assumes that range. "
+            f"Fix them, declare a wider range, or clip them into it with --clip {low},{high}."
+        )
+
+
+def _clip_line(clipped: dict[str, Any], n_answers: int, mech: Any) -> str:
+    """How many answers --clip moved, and the bound the mechanism's guarantee now uses."""
+    low, high = clipped["low"], clipped["high"]
+    moved = clipped["below"] + clipped["above"]
+    sensitivity = getattr(mech, "sensitivity", None)
+    if sensitivity is not None:  # exp-gaussian: the range in whole grid steps
+        bound = f"sensitivity {sensitivity:g} (high - low on the grid of step {mech.step:.6g})"
+    elif mech.name == "laplace":
+        bound = f"sensitivity high - low = {high - low:g}"
+    else:  # krr-null, two-layer-null, mf: the score domain
+        bound = f"the {mech.domain_size} scores {low}..{high}"
+    return (
+        f"clipped {moved:,} of {n_answers:,} answers to [{low:g}, {high:g}] ({clipped['below']:,} "
+        f"below, {clipped['above']:,} above) before {mech.name}, whose guarantee uses {bound}"
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -256,6 +256,19 @@ class LaplaceNull(NullAwareMechanism):
     def epsilon(self) -> float:
         return (self.high - self.low) / self.scale
 
+    @property
+    def noise_std(self) -> float:
+        """The standard deviation of one cell's noise, ``sqrt(2 p) / (1 - p)``,
+        ``p = exp(-1 / scale)`` (discrete Laplace)."""
+        p = math.exp(-1.0 / self.scale)
+        return math.sqrt(2.0 * p) / (1.0 - p)
+
+    @property
+    def noise_mae(self) -> float:
+        """The mean absolute value of one cell's noise, ``2 p / (1 - p^2)``."""
+        p = math.exp(-1.0 / self.scale)
+        return 2.0 * p / (1.0 - p * p)
+
     def _guarantee_note(self) -> str:
         return (
             "exact on the integer grid: discrete Laplace noise, tight; P3 states |Gamma|/scale, "
