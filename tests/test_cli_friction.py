@@ -466,3 +466,65 @@ def test_spreadsheet_refused_by_the_python_readers(tmp_path):
     for read in (io.read, Answers.from_path, Answers.from_csv):
         with pytest.raises(ValidationError, match="Excel files are not read; save as CSV"):
             read(str(book))
+
+
+# ---------------------------------------------------------------------- Worker.submit's labels
+@pytest.mark.parametrize(
+    ("labels", "given", "expected"),
+    [
+        ([0, 1], {"t1": "1", "t2": "0", "t3": " 1 "}, [1, 0, 1]),  # text of the labels
+        ([0, 1], {"t1": 1.0, "t2": 0.0}, [1, 0]),  # whole floats
+        (["0", "1"], {"t1": 1, "t2": 0}, ["1", "0"]),  # numbers for text labels
+        ([True, False], {"t1": "true", "t2": "False"}, [True, False]),
+        (["yes", "no"], {"t1": "yes"}, ["yes"]),
+    ],
+)
+def test_worker_submit_takes_the_campaigns_label_types(
+    labels, given, expected, tmp_path, monkeypatch
+):
+    from cli_runner import offline_worker
+    from privtd.client import Worker
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": 2}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, labels)
+    Worker(state).submit(given)
+    # Perturbed, every report is one of the campaign's labels, of its type.
+    values = [r["value"] for r in sent[0]["reports"]]
+    assert {type(v) for v in values} == {type(labels[0])} and set(values) <= set(labels)
+    # Without perturbation (f close to 0 is not allowed: check the coercion itself).
+    from privtd.client import declared_answers
+
+    campaign = Worker(state).campaign()
+    out, clipped = declared_answers(campaign, given)
+    assert list(out.values()) == expected and clipped == 0
+    assert [type(v) for v in out.values()] == [type(v) for v in expected]
+
+
+@pytest.mark.parametrize(
+    ("labels", "given"),
+    [([0, 1], {"t1": "1.5"}), ([0, 1], {"t1": 0.5}), ([0, 1], {"t1": "yes"}), (["a"], {"t": 1})],
+)
+def test_worker_submit_refuses_a_lossy_label_in_one_line(labels, given, tmp_path, monkeypatch):
+    from cli_runner import offline_worker
+    from privtd.client import Worker
+    from privtd.errors import ValidationError
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": max(2, len(labels))}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, [*labels, "z"][:2])
+    with pytest.raises(ValidationError) as info:
+        Worker(state).submit(given)
+    message = str(info.value)
+    assert "\n" not in message and "is not one of the campaign's labels" in message
+    assert repr(next(iter(given))) in message and not sent
+
+
+def test_client_submit_reads_a_csvs_numbers_as_text_labels(tmp_path, monkeypatch, capsys):
+    from cli_runner import offline_worker
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": 2}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, ["0", "1"])
+    answers = tmp_path / "mine.csv"
+    answers.write_text("task,answer\nt1,1\nt2,0\n")  # pandas reads 1 and 0 as integers
+    code, out, err = run(["client", "submit", answers, "--state", state], capsys)
+    assert code == 0, err
+    assert {r["value"] for r in sent[0]["reports"]} <= {"0", "1"}

@@ -136,3 +136,37 @@ def test_noise_figures_match_the_laws():
     pmf /= pmf.sum()
     assert lap.noise_std == pytest.approx(float(np.sqrt((pmf * j * j).sum())), rel=1e-9)
     assert lap.noise_mae == pytest.approx(float((pmf * np.abs(j)).sum()), rel=1e-9)
+
+
+# ---------------------------------------------------------------------- the client clips too
+def _numeric_campaign(tmp_path, monkeypatch):
+    from cli_runner import offline_worker
+    from privtd.mechanisms import ExpGaussian
+
+    mech = ExpGaussian.from_epsilon(1.0, 0.0, 100.0)
+    return offline_worker(tmp_path, monkeypatch, {"name": "exp-gaussian", "params": mech.params()})
+
+
+def test_worker_submit_clips_into_the_campaigns_range_and_counts(tmp_path, monkeypatch):
+    from privtd.client import Worker, declared_answers
+    from privtd.errors import ValidationError
+
+    state, sent = _numeric_campaign(tmp_path, monkeypatch)
+    worker = Worker(state)
+    given = {"t1": 150, "t2": "50.5", "t3": -5.0}
+    out, clipped = declared_answers(worker.campaign(), given)
+    assert out == {"t1": 100.0, "t2": 50.5, "t3": 0.0} and clipped == 2
+    assert worker.submit(given)["n_clipped"] == 2 and len(sent[0]["reports"]) == 3
+    with pytest.raises(ValidationError, match="outside the declared range"):
+        worker.submit({"t4": 101}, clip=False)
+    with pytest.raises(ValidationError, match="'many' to task 't5' is not a number"):
+        worker.submit({"t5": "many"})
+
+
+def test_client_submit_prints_the_clipped_count(tmp_path, monkeypatch, capsys):
+    state, sent = _numeric_campaign(tmp_path, monkeypatch)
+    answers = tmp_path / "mine.csv"
+    answers.write_text("task,answer\nt1,120\nt2,40\nt3,99.5\n")
+    code, _, err = run(["client", "submit", answers, "--state", state], capsys)
+    assert code == 0, err
+    assert "clipped 1 of 3 answer(s) to the campaign's range [0, 100] here" in err
