@@ -528,3 +528,19 @@ def test_client_submit_reads_a_csvs_numbers_as_text_labels(tmp_path, monkeypatch
     code, out, err = run(["client", "submit", answers, "--state", state], capsys)
     assert code == 0, err
     assert {r["value"] for r in sent[0]["reports"]} <= {"0", "1"}
+
+
+# ---------------------------------------------------------------------- per-worker totals
+def test_perturb_prints_the_per_worker_totals(tmp_path, capsys):
+    # Three workers with 2, 4 and 6 answers at epsilon 0.5 each: totals 1, 2 and 3.
+    rows = [(f"t{t}", f"w{w}", t % 2) for w, n in enumerate((2, 4, 6)) for t in range(n)]
+    path = tmp_path / "a.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "answer"]).to_csv(path, index=False)
+    args = ["perturb", path, "-M", "one-layer", "-e", "0.5", "--seed", "0", "-o", tmp_path / "p"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    (line,) = [x for x in err.splitlines() if x.startswith("per-worker epsilon totals")]
+    assert "3 workers: median 2 (4 answers), largest 3 (6 answers)" in line, line
+    assert "--report FILE" in line
+    code, _, err = run([*args, "--report", tmp_path / "r.json"], capsys)
+    assert code == 0 and f"every worker's in {tmp_path / 'r.json'}" in err

@@ -58,7 +58,8 @@ from ._names import MECHANISM_NAMES
     type=click.Path(dir_okay=False),
     help="JSON to write: mechanism, parameters, label set, the marginal guarantee and every "
     "worker's figures, one answer given its others and the whole release ('-': standard "
-    "output). `privtd infer --mechanism-report` reads it.",
+    "output); the median and largest worker totals are printed either way. `privtd infer "
+    "--mechanism-report` reads it.",
 )
 @click.option(
     "--clip",
@@ -239,9 +240,28 @@ def perturb(
     )
     if clipped is not None:
         click.echo(_clip_line(clipped, data.n_answers, mech), err=True)
+    if len(totals):
+        click.echo(_totals_line(totals, mech.unit, report), err=True)
     click.echo(f"the largest release ({largest} {mech.unit}s of one worker, one draw):", err=True)
     for line in format_release_figures(mech, largest)[1:]:
         click.echo(line, err=True)
+
+
+def _totals_line(totals: Any, unit: str, report: str | None) -> str:
+    """Each worker's total (its whole release under one draw) in one line: the median
+    worker's and the largest, each with the answers behind it."""
+    import numpy as np
+
+    eps = totals["epsilon_total"].to_numpy(dtype=float)
+    sizes = totals["n_released"].to_numpy()
+    order = np.argsort(eps, kind="stable")
+    mid, top = order[(len(order) - 1) // 2], order[-1]
+    where = f"every worker's in {_shown(report)}" if report else "every worker's: --report FILE"
+    return (
+        f"per-worker epsilon totals (each worker's whole release, one draw), {len(eps):,} "
+        f"workers: median {eps[mid]:.4g} ({sizes[mid]:,} {unit}s), largest {eps[top]:.4g} "
+        f"({sizes[top]:,} {unit}s); {where}"
+    )
 
 
 def _clip_bounds(
