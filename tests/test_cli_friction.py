@@ -544,3 +544,105 @@ def test_perturb_prints_the_per_worker_totals(tmp_path, capsys):
     assert "--report FILE" in line
     code, _, err = run([*args, "--report", tmp_path / "r.json"], capsys)
     assert code == 0 and f"every worker's in {tmp_path / 'r.json'}" in err
+
+
+# ---------------------------------------------------------------------- uninformative settings
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-M", "one-layer", "-e", "0"],
+        ["-M", "one-layer", "-p", "f=0.5"],
+        ["-M", "binary-rr", "-e", "0"],
+        ["-M", "two-layer", "-e", "0", "-p", "a=0.5"],  # a = b = 1/2: every worker flips so
+    ],
+)
+def test_perturb_refuses_answers_that_carry_no_information(args, binary, tmp_path, capsys):
+    out = tmp_path / "p.csv"
+    line = one_line_error(*run(["perturb", binary, *args, "--seed", "0", "-o", out], capsys)[::2])
+    assert "releases answers independent of the truth" in line and "--allow-uninformative" in line
+    assert not out.exists()
+    # Asked for, the old behaviour: a release of uniform draws.
+    code, _, err = run(
+        ["perturb", binary, *args, "--allow-uninformative", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0 and "epsilon=0 per" in err, err
+    assert out.exists()
+
+
+def test_two_layer_at_epsilon_0_is_not_uninformative(binary, tmp_path, capsys):
+    # f_u ~ U(0, 1): one answer alone says nothing, but a worker's answers share f_u.
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", binary, "-M", "two-layer", "-e", "0", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0, err
+
+
+def test_allow_uninformative_is_for_the_mechanisms_that_can_be(binary, tmp_path, capsys):
+    args = ["perturb", binary, "-M", "exp-gaussian", "-e", "1", "--clip", "0,1"]
+    line = one_line_error(*run([*args, "--allow-uninformative", "-o", tmp_path / "p"], capsys)[::2])
+    assert "--allow-uninformative applies to one-layer, two-layer, binary-rr and krr-null" in line
+
+
+def test_mechanism_constructors_refuse_uninformative_settings():
+    from privtd.errors import ValidationError
+    from privtd.mechanisms import BinaryRR, KRRNull, OneLayerRR, TwoLayerRR
+
+    builds = [
+        lambda **kw: OneLayerRR(2 / 3, 3, **kw),
+        lambda **kw: OneLayerRR.from_epsilon(0.0, 4, **kw),
+        lambda **kw: BinaryRR.from_epsilon(0.0, **kw),
+        lambda **kw: BinaryRR.from_keep(0.5, **kw),
+        lambda **kw: TwoLayerRR(0.75, 0.75, 4, **kw),
+        lambda **kw: TwoLayerRR.from_epsilon(0.0, 2, a=0.5, **kw),
+        lambda **kw: KRRNull.from_epsilon(0.0, 0, 4, **kw),
+        lambda **kw: KRRNull(1 / 6, 0, 4, **kw),
+    ]
+    for build in builds:
+        with pytest.raises(ValidationError, match="independent of the truth"):
+            build()
+        mech = build(allow_uninformative=True)
+        assert mech.uninformative and mech.epsilon == pytest.approx(0.0, abs=1e-12)
+        # The consent travels with the parameters (a report, a campaign) ...
+        assert mech.params()["allow_uninformative"] is True
+        assert type(mech)(**mech.params()) == mech
+    # ... and an informative mechanism's parameters do not name it.
+    assert "allow_uninformative" not in OneLayerRR.from_epsilon(1.0).params()
+    assert not TwoLayerRR.from_epsilon(0.0).uninformative  # a = 0, b = 1: a shared f_u
+
+
+# ---------------------------------------------------------------------- numbers mixed with words
+@pytest.fixture
+def mixed(tmp_path):
+    """Scores 1..5 with one stray word."""
+    rows = [(f"t{t}", f"w{w}", str(1 + (t + w) % 5)) for t in range(6) for w in range(3)]
+    rows[4] = ("t1", "w1", "unsure")
+    path = tmp_path / "mixed.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "score"]).to_csv(path, index=False)
+    return path
+
+
+def test_a_column_mixing_numbers_and_words_says_so(mixed, tmp_path, capsys):
+    args = ["infer", mixed, "-m", "mv", "--answer-col", "score", "-o", tmp_path / "t.csv"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    (line,) = [x for x in err.splitlines() if "mixes numbers and words" in x]
+    assert line.startswith("privtd: warning: column 'score' mixes numbers and words (e.g. ")
+    assert "'unsure'" in line and ("'1'" in line or "'2'" in line), line
+    # Read as numbers, the error names the column and an example of each too, in one line.
+    numeric = ["perturb", mixed, "--answer-col", "score", "-M", "exp-gaussian", "-e", "1"]
+    line = one_line_error(*run([*numeric, "--clip", "0,5", "-o", tmp_path / "p"], capsys)[::2])
+    assert "Column 'score' mixes numbers and words (e.g. " in line and "'unsure'" in line
+
+
+def test_labels_that_are_all_words_or_all_numbers_do_not_warn(
+    binary, four_labels, tmp_path, capsys
+):
+    for path in (binary, four_labels):
+        code, _, err = run(["infer", path, "-m", "mv", "-o", tmp_path / "t.csv"], capsys)
+        assert code == 0 and "mixes" not in err
+    from privtd.answers import mixed_example
+
+    assert mixed_example(["yes", "no"]) is None and mixed_example([1, 2, 3.5]) is None
+    assert mixed_example(["1", "2", "n/a"]) == ("1", "n/a")
+    assert mixed_example([3, "yes"]) == (3, "yes") and mixed_example([True, "x"]) is None

@@ -361,9 +361,29 @@ def _check_mechanism_keys(mechanism: str, calibrated: bool, params: dict[str, An
 MAX_LABELS = 100
 
 
-def _warn_label_set(data: Any) -> None:
+def _warn_mixed(data: Any, column: str | None) -> None:
+    """Warn, in one line, when categorical answers mix numbers and words: a score column with
+    a stray word is read as text labels, so "3" and "yes" both become labels."""
+    from ..answers import mixed_example
+
+    if not data.is_categorical:
+        return
+    example = mixed_example(data.labels)
+    if example is None:
+        return
+    number, word = example
+    click.echo(
+        f"privtd: warning: column {column or 'answer'!r} mixes numbers and words (e.g. "
+        f"{number!r} and {word!r}): every answer is read as a label, the numbers too. Fix the "
+        "words if the answers are numbers; leave them if both are labels.",
+        err=True,
+    )
+
+
+def _warn_label_set(data: Any, column: str | None = None) -> None:
     """Warn when categorical answers have so many distinct labels that they are likely numbers
-    read as labels: more than MAX_LABELS, or (past 20) more labels than half the answers.
+    read as labels: more than MAX_LABELS, or (past 20) more labels than half the answers; and
+    when they mix numbers and words (:func:`_warn_mixed`, ``column`` naming the column).
 
     Crowdsourcing label sets run from 2 to a few dozen classes; every categorical model here
     learns per label (a K x K confusion per worker for Dawid-Skene, a K-vector per task), so its
@@ -371,6 +391,7 @@ def _warn_label_set(data: Any) -> None:
     """
     if not data.is_categorical:
         return
+    _warn_mixed(data, column)
     n_labels, n_answers = data.n_labels, data.n_answers
     if n_labels <= MAX_LABELS and (n_labels <= 20 or 2 * n_labels <= n_answers):
         return

@@ -487,7 +487,7 @@ def infer(
         export_gold = imported.gold
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
-    _warn_label_set(data)
+    _warn_label_set(data, answer_col)
     params: dict[str, Any] = {}
     if mechanism is not None:
         if (

@@ -16,6 +16,7 @@ from ._common import (
     ON_DUPLICATE,
     _atomic_csv,
     _check_mechanism_keys,
+    _mechanism_keys,
     _mechanism_params,
     _one_stdout,
     _parse_params,
@@ -76,6 +77,14 @@ from ._names import MECHANISM_NAMES
     "out neighbouring answers whatever epsilon says (Mironov 2012; docs/privacy.md). Without "
     "it a real mf release is refused.",
 )
+@click.option(
+    "--allow-uninformative",
+    is_flag=True,
+    help="Release even where the mechanism's answers carry no information about the truth "
+    "(epsilon 0 for one-layer, binary-rr and krr-null; two-layer with a = b = (K-1)/K): its "
+    "outputs are then uniform draws, whatever the answers. Without it such a setting is "
+    "refused.",
+)
 @answer_source
 @ON_DUPLICATE
 def perturb(
@@ -88,6 +97,7 @@ def perturb(
     report: str | None,
     clip: str | None,
     allow_float_leak: bool,
+    allow_uninformative: bool,
     fmt: str,
     delimiter: str | None,
     task_col: str | None,
@@ -131,6 +141,13 @@ def perturb(
     _one_stdout(output=output, report=report)
     param_values = _parse_params(param)
     _check_mechanism_keys(mechanism, epsilon is not None, param_values)
+    if allow_uninformative:
+        if "allow_uninformative" not in _mechanism_keys(mechanism, epsilon is not None):
+            raise ValidationError(
+                f"--allow-uninformative applies to one-layer, two-layer, binary-rr and "
+                f"krr-null; {mechanism} always needs an epsilon above 0. Drop it."
+            )
+        param_values["allow_uninformative"] = True
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
@@ -164,7 +181,7 @@ def perturb(
             "perturb writes answers only; their answers are perturbed like any other.",
             err=True,
         )
-    _warn_label_set(data)
+    _warn_label_set(data, answer_col)
     clipped: dict[str, Any] | None = None
     if bounds is not None:
         data, clipped = _clip(data, *bounds)
