@@ -646,3 +646,51 @@ def test_labels_that_are_all_words_or_all_numbers_do_not_warn(
     assert mixed_example(["yes", "no"]) is None and mixed_example([1, 2, 3.5]) is None
     assert mixed_example(["1", "2", "n/a"]) == ("1", "n/a")
     assert mixed_example([3, "yes"]) == (3, "yes") and mixed_example([True, "x"]) is None
+
+
+# ---------------------------------------------------------------------- perturb keeps the gold
+TOLOKA = os.path.join(os.path.dirname(__file__), "data", "formats", "toloka_results.tsv")
+
+
+def test_perturb_keeps_an_exports_gold_for_infer_and_evaluate(tmp_path, capsys):
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", TOLOKA, "-M", "one-layer", "-e", "2", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0 and "kept the 2 golden task(s)" in err, err
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert list(table.columns) == ["task", "worker", "answer", "gold"]
+    from privtd import io
+
+    expected = io.read(TOLOKA).gold
+    kept = table[table["gold"] != ""].drop_duplicates("task").set_index("task")["gold"]
+    assert kept.sort_index().to_dict() == expected.sort_index().to_dict()  # unperturbed
+    # infer holds them fixed (and names them); evaluate scores against them.
+    code, _, err = run(
+        ["infer", out, "-M", "one-layer", "-e", "2", "-o", tmp_path / "t.csv"], capsys
+    )
+    assert code == 0 and "its gold column has 2 golden task(s); using them as gold" in err, err
+    assert pd.read_csv(tmp_path / "t.csv")["gold"].sum() == 2
+    args = ["infer", out, "-M", "one-layer", "-e", "2", "--no-gold", "-o", tmp_path / "n.csv"]
+    assert run(args, capsys)[0] == 0
+    code, text, err = run(["evaluate", tmp_path / "n.csv", "--truth", out, "--json"], capsys)
+    assert code == 0 and json.loads(text)["n_evaluated"] == 2, err
+
+
+def test_a_long_tables_gold_column_passes_through_with_its_type(binary, tmp_path, capsys):
+    table = pd.read_csv(binary)
+    # Integer truths on two tasks' rows, blank elsewhere.
+    truths = {"t0": 0, "t1": 1}
+    table["gold"] = table["task"].map(truths).astype("Int64")
+    source = tmp_path / "with_gold.csv"
+    table.to_csv(source, index=False)
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", source, "-M", "one-layer", "-e", "1", "--seed", "2", "-o", out], capsys
+    )
+    assert code == 0, err
+    from privtd import io
+
+    read = io.read(str(out))
+    assert read.gold.to_dict() == truths and read.answers.labels.tolist() == [0, 1]
+    assert "1.0" not in out.read_text()

@@ -270,6 +270,24 @@ def _read_reference(path: str) -> pd.Series:
     from ..io import read as read_any
 
     if not Path(path).is_file() or detect(path) == "long":
+        from ..io._read import GOLD_COLUMN, _header
+
+        if Path(path).is_file() and not str(path).lower().endswith((".parquet", ".pq")):
+            names = _header(path)[0]
+            if GOLD_COLUMN in names and "truth" not in names:
+                # Answers with a gold column (privtd perturb keeps an export's there).
+                gold = read_any(path).gold
+                if gold is None:
+                    raise ValidationError(
+                        f"{path!r}'s gold column is empty: no known truth to score against. "
+                        "Pass a CSV task,truth."
+                    )
+                click.echo(
+                    f"privtd: note: scoring against the {len(gold)} golden task(s) in the gold "
+                    f"column of {path!r}",
+                    err=True,
+                )
+                return gold
         return _read_truth_csv(path)
     imported = read_any(path)
     label = FORMAT_LABELS[imported.format]

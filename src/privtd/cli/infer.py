@@ -549,8 +549,9 @@ def infer(
         from ..io import FORMAT_LABELS
 
         label = FORMAT_LABELS[imported.format]
+        source = f"the {label} export" if imported.format != "long" else "its gold column"
         click.echo(
-            f"privtd: note: the {label} export has {len(export_gold)} golden task(s); "
+            f"privtd: note: {source} has {len(export_gold)} golden task(s); "
             + (
                 "--gold replaces them" if gold else "using them as gold (--gold FILE replaces them)"
             ),

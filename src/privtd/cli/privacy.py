@@ -177,8 +177,10 @@ def perturb(
         click.echo(f"privtd: note: {note}", err=True)
     if imported.gold is not None:
         click.echo(
-            f"privtd: note: the export's {len(imported.gold)} golden task(s) are not written: "
-            "perturb writes answers only; their answers are perturbed like any other.",
+            f"privtd: note: kept the {len(imported.gold)} golden task(s) of {answers!r} in the "
+            "output's gold column, unperturbed (the requester's known truths, no worker's "
+            "answer); their answers are perturbed like any other. infer holds them fixed "
+            "(--no-gold: not), evaluate --truth scores against them.",
             err=True,
         )
     _warn_label_set(data, answer_col)
@@ -242,7 +244,7 @@ def perturb(
         summary["conditional_epsilon_quantiles"] = {
             q: float(np.quantile(cond, float(q))) for q in ("0.1", "0.5", "0.9", "1.0")
         }
-    _atomic_csv(perturbed.to_frame(), output, index=False)
+    _atomic_csv(_with_gold_column(perturbed.to_frame(), imported.gold), output, index=False)
     if report:
         _write_output(report, json.dumps(_strict(summary), indent=2, default=str) + "\n")
     changed = (
@@ -262,6 +264,20 @@ def perturb(
     click.echo(f"the largest release ({largest} {mech.unit}s of one worker, one draw):", err=True)
     for line in format_release_figures(mech, largest)[1:]:
         click.echo(line, err=True)
+
+
+def _with_gold_column(table: Any, gold: Any) -> Any:
+    """The perturbed answers with the input's golden truths beside them, unperturbed: column
+    ``gold``, each golden task's truth on its rows and blank elsewhere, which ``privtd.io``
+    reads back as the table's golden tasks. Integer truths stay integers through the blanks."""
+    if gold is None:
+        return table
+    import pandas as pd
+
+    column = table["task"].map(gold)
+    if pd.api.types.is_integer_dtype(pd.Series(list(gold)).dtype):
+        column = column.astype("Int64")
+    return table.assign(gold=column)
 
 
 def _totals_line(totals: Any, unit: str, report: str | None) -> str:
