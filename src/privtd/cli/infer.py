@@ -288,7 +288,9 @@ def infer(
     wrote with --mechanism-report; without --method the perturbation-aware estimator runs
     (docs/inference.md). An aware method (-m aware-glad, ...) given no mechanism runs with no
     channel, and a note says what model that is. Numeric-only methods (gtm, mean, median,
-    raykar, sigma, ...) read integer answers as numbers; --kind overrides.
+    raykar, sigma, ...) read integer answers as numbers; --kind overrides. With a numeric
+    mechanism that adds noise (exp-gaussian, laplace), a warning says when the noise is wider
+    than the answers, with its expected error (docs/inference.md).
     """
     from ..errors import NotNumericError
     from ..inference import (

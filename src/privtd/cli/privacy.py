@@ -52,7 +52,8 @@ from ._names import MECHANISM_NAMES
     "-o",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV to write: task,worker,answer (perturbed); '-': standard output.",
+    help="CSV to write: task,worker,answer (perturbed), and gold (unperturbed) when the input "
+    "has golden tasks; '-': standard output.",
 )
 @click.option(
     "--report",
@@ -118,6 +119,11 @@ def perturb(
     the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
     real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
     release needs --allow-float-leak.
+
+    Golden tasks (an export's, or a long table's gold column) are kept in the output's gold
+    column, unperturbed: infer holds them fixed and evaluate --truth scores against them.
+    Settings whose answers carry no information (epsilon 0) are refused unless
+    --allow-uninformative.
 
     Numeric answers are perturbed within the mechanism's declared range (-p low=... -p
     high=...): --clip LOW,HIGH clips them into it first and declares it (docs/privacy.md,
@@ -220,6 +226,7 @@ def perturb(
         "labels": None if data.labels is None else [_plain(v) for v in data.labels],
         "n_answers": data.n_answers,
         "n_output": perturbed.n_answers,
+        "n_gold": 0 if imported.gold is None else len(imported.gold),
     }
     if clipped is not None:
         summary["clipped"] = clipped
