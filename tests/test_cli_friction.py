@@ -694,3 +694,7 @@ def test_a_long_tables_gold_column_passes_through_with_its_type(binary, tmp_path
     read = io.read(str(out))
     assert read.gold.to_dict() == truths and read.answers.labels.tolist() == [0, 1]
     assert "1.0" not in out.read_text()
+    # A TSV's gold column too, its delimiter sniffed.
+    tsv = tmp_path / "p.tsv"
+    tsv.write_text(out.read_text().replace(",", "\t"))
+    assert io.read(str(tsv)).gold.to_dict() == truths

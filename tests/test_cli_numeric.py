@@ -159,8 +159,9 @@ def test_worker_submit_clips_into_the_campaigns_range_and_counts(tmp_path, monke
     assert worker.submit(given)["n_clipped"] == 2 and len(sent[0]["reports"]) == 3
     with pytest.raises(ValidationError, match="outside the declared range"):
         worker.submit({"t4": 101}, clip=False)
-    with pytest.raises(ValidationError, match="'many' to task 't5' is not a number"):
-        worker.submit({"t5": "many"})
+    for bad in ("many", float("inf"), "nan"):
+        with pytest.raises(ValidationError, match="to task 't5' is not a finite number"):
+            worker.submit({"t5": bad})
 
 
 def test_client_submit_prints_the_clipped_count(tmp_path, monkeypatch, capsys):

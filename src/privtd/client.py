@@ -184,9 +184,13 @@ def declared_answers(
     for task, answer in answers.items():
         answer = _plain(answer)
         value = _number(answer) if isinstance(answer, str) else answer
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             raise ValidationError(
-                f"The answer {answer!r} to task {task!r} is not a number; campaign "
+                f"The answer {answer!r} to task {task!r} is not a finite number; campaign "
                 f"{campaign.get('name', '')!r} takes numbers in [{low:g}, {high:g}]."
             )
         if clip and not low <= value <= high:

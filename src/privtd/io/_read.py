@@ -119,9 +119,9 @@ def read_long(
         if str(path).lower().endswith(_PARQUET) or _head(path).startswith("PAR1")
         else "csv"
     )
-    names = _header(path, delimiter)[0] if fmt == "csv" else None
+    names, sniffed = _header(path, delimiter) if fmt == "csv" else (None, ",")
     if (names is None or GOLD_COLUMN in names) and GOLD_COLUMN not in (task, worker, answer):
-        frame = _read_table(path, fmt, {"task": task, "worker": worker}, delimiter or ",")
+        frame = _read_table(path, fmt, {"task": task, "worker": worker}, sniffed)
         if GOLD_COLUMN in frame.columns:
             return _with_gold(frame, path, task, worker, answer, kwargs)
         return Imported(
