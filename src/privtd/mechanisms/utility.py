@@ -51,9 +51,9 @@ def noise_warning(mechanism: Any, answers: Answers) -> str | None:
     r = figures["per_task"]
     return (
         f"the {mechanism.name} noise (std {figures['noise_std']:.4g} per answer at epsilon "
-        f"{mechanism.epsilon:.3g}) exceeds the spread of the answers: it is about "
-        f"{figures['noise_share']:.0%} of the released answers' variance (their std "
-        f"{figures['observed_std']:.4g}); expected error {figures['noise_mae']:.4g} per answer "
+        f"{mechanism.epsilon:.3g}) exceeds the spread of the answers: the released answers' "
+        f"std is {figures['observed_std']:.4g}, mostly the noise's; expected error "
+        f"{figures['noise_mae']:.4g} per answer "
         f"(MAE of the noise) and about {figures['mae_of_mean']:.4g} in the mean of a task's "
         f"{r:g} answers. Raise epsilon, collect more answers per task, or clip the answers to "
         "a narrower range (perturb --clip LOW,HIGH)."
