@@ -427,3 +427,274 @@ def test_every_aware_method_has_its_notes():
     assert set(AWARE_WITHOUT_MECHANISM) == AWARE_METHODS - set(RELEASE_METHODS)
     assert set(AWARE_FORM) <= set(METHODS) - AWARE_METHODS
     assert set(AWARE_FORM.values()) <= AWARE_METHODS
+
+
+# ---------------------------------------------------------------------- spreadsheets
+def _workbook(path, content=b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"):
+    path.write_bytes(content + b"\x00" * 64)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("answers.xlsx", b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"),
+        ("answers.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"),
+        ("answers.ods", b"PK\x03\x04mimetypeapplication/vnd.oasis.opendocument.spreadsheet"),
+        # A workbook renamed .csv is still told apart by its first bytes.
+        ("renamed.csv", b"PK\x03\x04\x14\x00\x06\x00[Content_Types].xml"),
+    ],
+)
+def test_spreadsheets_get_one_line_saying_save_as_csv(name, content, tmp_path, capsys):
+    book = _workbook(tmp_path / name, content)
+    out = tmp_path / "o.csv"
+    commands = [
+        ["infer", book, "-m", "mv", "-o", out],
+        ["perturb", book, "-M", "one-layer", "-e", "1", "--seed", "0", "-o", out],
+        ["evaluate", book, "--truth", book],
+    ]
+    for args in commands:
+        line = one_line_error(*run(args, capsys)[::2])
+        assert "Excel files are not read; save as CSV" in line, (args, line)
+
+
+def test_spreadsheet_refused_by_the_python_readers(tmp_path):
+    from privtd import Answers, io
+    from privtd.errors import ValidationError
+
+    book = _workbook(tmp_path / "a.xlsx")
+    for read in (io.read, Answers.from_path, Answers.from_csv):
+        with pytest.raises(ValidationError, match="Excel files are not read; save as CSV"):
+            read(str(book))
+
+
+# ---------------------------------------------------------------------- Worker.submit's labels
+@pytest.mark.parametrize(
+    ("labels", "given", "expected"),
+    [
+        ([0, 1], {"t1": "1", "t2": "0", "t3": " 1 "}, [1, 0, 1]),  # text of the labels
+        ([0, 1], {"t1": 1.0, "t2": 0.0}, [1, 0]),  # whole floats
+        (["0", "1"], {"t1": 1, "t2": 0}, ["1", "0"]),  # numbers for text labels
+        ([True, False], {"t1": "true", "t2": "False"}, [True, False]),
+        (["yes", "no"], {"t1": "yes"}, ["yes"]),
+    ],
+)
+def test_worker_submit_takes_the_campaigns_label_types(
+    labels, given, expected, tmp_path, monkeypatch
+):
+    from cli_runner import offline_worker
+    from privtd.client import Worker
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": 2}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, labels)
+    Worker(state).submit(given)
+    # Perturbed, every report is one of the campaign's labels, of its type.
+    values = [r["value"] for r in sent[0]["reports"]]
+    assert {type(v) for v in values} == {type(labels[0])} and set(values) <= set(labels)
+    # Without perturbation (f close to 0 is not allowed: check the coercion itself).
+    from privtd.client import declared_answers
+
+    campaign = Worker(state).campaign()
+    out, clipped = declared_answers(campaign, given)
+    assert list(out.values()) == expected and clipped == 0
+    assert [type(v) for v in out.values()] == [type(v) for v in expected]
+
+
+@pytest.mark.parametrize(
+    ("labels", "given"),
+    [([0, 1], {"t1": "1.5"}), ([0, 1], {"t1": 0.5}), ([0, 1], {"t1": "yes"}), (["a"], {"t": 1})],
+)
+def test_worker_submit_refuses_a_lossy_label_in_one_line(labels, given, tmp_path, monkeypatch):
+    from cli_runner import offline_worker
+    from privtd.client import Worker
+    from privtd.errors import ValidationError
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": max(2, len(labels))}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, [*labels, "z"][:2])
+    with pytest.raises(ValidationError) as info:
+        Worker(state).submit(given)
+    message = str(info.value)
+    assert "\n" not in message and "is not one of the campaign's labels" in message
+    assert repr(next(iter(given))) in message and not sent
+
+
+def test_client_submit_reads_a_csvs_numbers_as_text_labels(tmp_path, monkeypatch, capsys):
+    from cli_runner import offline_worker
+
+    mechanism = {"name": "one-layer", "params": {"f": 0.1, "n_labels": 2}}
+    state, sent = offline_worker(tmp_path, monkeypatch, mechanism, ["0", "1"])
+    answers = tmp_path / "mine.csv"
+    answers.write_text("task,answer\nt1,1\nt2,0\n")  # pandas reads 1 and 0 as integers
+    code, out, err = run(["client", "submit", answers, "--state", state], capsys)
+    assert code == 0, err
+    assert {r["value"] for r in sent[0]["reports"]} <= {"0", "1"}
+
+
+# ---------------------------------------------------------------------- per-worker totals
+def test_perturb_prints_the_per_worker_totals(tmp_path, capsys):
+    # Three workers with 2, 4 and 6 answers at epsilon 0.5 each: totals 1, 2 and 3.
+    rows = [(f"t{t}", f"w{w}", t % 2) for w, n in enumerate((2, 4, 6)) for t in range(n)]
+    path = tmp_path / "a.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "answer"]).to_csv(path, index=False)
+    args = ["perturb", path, "-M", "one-layer", "-e", "0.5", "--seed", "0", "-o", tmp_path / "p"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    (line,) = [x for x in err.splitlines() if x.startswith("per-worker epsilon totals")]
+    assert "3 workers: median 2 (4 answers), largest 3 (6 answers)" in line, line
+    assert "--report FILE" in line
+    code, _, err = run([*args, "--report", tmp_path / "r.json"], capsys)
+    assert code == 0 and f"every worker's in {tmp_path / 'r.json'}" in err
+
+
+# ---------------------------------------------------------------------- uninformative settings
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-M", "one-layer", "-e", "0"],
+        ["-M", "one-layer", "-p", "f=0.5"],
+        ["-M", "binary-rr", "-e", "0"],
+        ["-M", "two-layer", "-e", "0", "-p", "a=0.5"],  # a = b = 1/2: every worker flips so
+    ],
+)
+def test_perturb_refuses_answers_that_carry_no_information(args, binary, tmp_path, capsys):
+    out = tmp_path / "p.csv"
+    line = one_line_error(*run(["perturb", binary, *args, "--seed", "0", "-o", out], capsys)[::2])
+    assert "releases answers independent of the truth" in line and "--allow-uninformative" in line
+    assert not out.exists()
+    # Asked for, the old behaviour: a release of uniform draws.
+    code, _, err = run(
+        ["perturb", binary, *args, "--allow-uninformative", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0 and "epsilon=0 per" in err, err
+    assert out.exists()
+
+
+def test_two_layer_at_epsilon_0_is_not_uninformative(binary, tmp_path, capsys):
+    # f_u ~ U(0, 1): one answer alone says nothing, but a worker's answers share f_u.
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", binary, "-M", "two-layer", "-e", "0", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0, err
+
+
+def test_allow_uninformative_is_for_the_mechanisms_that_can_be(binary, tmp_path, capsys):
+    args = ["perturb", binary, "-M", "exp-gaussian", "-e", "1", "--clip", "0,1"]
+    line = one_line_error(*run([*args, "--allow-uninformative", "-o", tmp_path / "p"], capsys)[::2])
+    assert "--allow-uninformative applies to one-layer, two-layer, binary-rr and krr-null" in line
+
+
+def test_mechanism_constructors_refuse_uninformative_settings():
+    from privtd.errors import ValidationError
+    from privtd.mechanisms import BinaryRR, KRRNull, OneLayerRR, TwoLayerRR
+
+    builds = [
+        lambda **kw: OneLayerRR(2 / 3, 3, **kw),
+        lambda **kw: OneLayerRR.from_epsilon(0.0, 4, **kw),
+        lambda **kw: BinaryRR.from_epsilon(0.0, **kw),
+        lambda **kw: BinaryRR.from_keep(0.5, **kw),
+        lambda **kw: TwoLayerRR(0.75, 0.75, 4, **kw),
+        lambda **kw: TwoLayerRR.from_epsilon(0.0, 2, a=0.5, **kw),
+        lambda **kw: KRRNull.from_epsilon(0.0, 0, 4, **kw),
+        lambda **kw: KRRNull(1 / 6, 0, 4, **kw),
+    ]
+    for build in builds:
+        with pytest.raises(ValidationError, match="independent of the truth"):
+            build()
+        mech = build(allow_uninformative=True)
+        assert mech.uninformative and mech.epsilon == pytest.approx(0.0, abs=1e-12)
+        # The consent travels with the parameters (a report, a campaign) ...
+        assert mech.params()["allow_uninformative"] is True
+        assert type(mech)(**mech.params()) == mech
+    # ... and an informative mechanism's parameters do not name it.
+    assert "allow_uninformative" not in OneLayerRR.from_epsilon(1.0).params()
+    assert not TwoLayerRR.from_epsilon(0.0).uninformative  # a = 0, b = 1: a shared f_u
+
+
+# ---------------------------------------------------------------------- numbers mixed with words
+@pytest.fixture
+def mixed(tmp_path):
+    """Scores 1..5 with one stray word."""
+    rows = [(f"t{t}", f"w{w}", str(1 + (t + w) % 5)) for t in range(6) for w in range(3)]
+    rows[4] = ("t1", "w1", "unsure")
+    path = tmp_path / "mixed.csv"
+    pd.DataFrame(rows, columns=["task", "worker", "score"]).to_csv(path, index=False)
+    return path
+
+
+def test_a_column_mixing_numbers_and_words_says_so(mixed, tmp_path, capsys):
+    args = ["infer", mixed, "-m", "mv", "--answer-col", "score", "-o", tmp_path / "t.csv"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    (line,) = [x for x in err.splitlines() if "mixes numbers and words" in x]
+    assert line.startswith("privtd: warning: column 'score' mixes numbers and words (e.g. ")
+    assert "'unsure'" in line and ("'1'" in line or "'2'" in line), line
+    # Read as numbers, the error names the column and an example of each too, in one line.
+    numeric = ["perturb", mixed, "--answer-col", "score", "-M", "exp-gaussian", "-e", "1"]
+    line = one_line_error(*run([*numeric, "--clip", "0,5", "-o", tmp_path / "p"], capsys)[::2])
+    assert "Column 'score' mixes numbers and words (e.g. " in line and "'unsure'" in line
+
+
+def test_labels_that_are_all_words_or_all_numbers_do_not_warn(
+    binary, four_labels, tmp_path, capsys
+):
+    for path in (binary, four_labels):
+        code, _, err = run(["infer", path, "-m", "mv", "-o", tmp_path / "t.csv"], capsys)
+        assert code == 0 and "mixes" not in err
+    from privtd.answers import mixed_example
+
+    assert mixed_example(["yes", "no"]) is None and mixed_example([1, 2, 3.5]) is None
+    assert mixed_example(["1", "2", "n/a"]) == ("1", "n/a")
+    assert mixed_example([3, "yes"]) == (3, "yes") and mixed_example([True, "x"]) is None
+
+
+# ---------------------------------------------------------------------- perturb keeps the gold
+TOLOKA = os.path.join(os.path.dirname(__file__), "data", "formats", "toloka_results.tsv")
+
+
+def test_perturb_keeps_an_exports_gold_for_infer_and_evaluate(tmp_path, capsys):
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", TOLOKA, "-M", "one-layer", "-e", "2", "--seed", "0", "-o", out], capsys
+    )
+    assert code == 0 and "kept the 2 golden task(s)" in err, err
+    table = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert list(table.columns) == ["task", "worker", "answer", "gold"]
+    from privtd import io
+
+    expected = io.read(TOLOKA).gold
+    kept = table[table["gold"] != ""].drop_duplicates("task").set_index("task")["gold"]
+    assert kept.sort_index().to_dict() == expected.sort_index().to_dict()  # unperturbed
+    # infer holds them fixed (and names them); evaluate scores against them.
+    code, _, err = run(
+        ["infer", out, "-M", "one-layer", "-e", "2", "-o", tmp_path / "t.csv"], capsys
+    )
+    assert code == 0 and "its gold column has 2 golden task(s); using them as gold" in err, err
+    assert pd.read_csv(tmp_path / "t.csv")["gold"].sum() == 2
+    args = ["infer", out, "-M", "one-layer", "-e", "2", "--no-gold", "-o", tmp_path / "n.csv"]
+    assert run(args, capsys)[0] == 0
+    code, text, err = run(["evaluate", tmp_path / "n.csv", "--truth", out, "--json"], capsys)
+    assert code == 0 and json.loads(text)["n_evaluated"] == 2, err
+
+
+def test_a_long_tables_gold_column_passes_through_with_its_type(binary, tmp_path, capsys):
+    table = pd.read_csv(binary)
+    # Integer truths on two tasks' rows, blank elsewhere.
+    truths = {"t0": 0, "t1": 1}
+    table["gold"] = table["task"].map(truths).astype("Int64")
+    source = tmp_path / "with_gold.csv"
+    table.to_csv(source, index=False)
+    out = tmp_path / "p.csv"
+    code, _, err = run(
+        ["perturb", source, "-M", "one-layer", "-e", "1", "--seed", "2", "-o", out], capsys
+    )
+    assert code == 0, err
+    from privtd import io
+
+    read = io.read(str(out))
+    assert read.gold.to_dict() == truths and read.answers.labels.tolist() == [0, 1]
+    assert "1.0" not in out.read_text()
+    # A TSV's gold column too, its delimiter sniffed.
+    tsv = tmp_path / "p.tsv"
+    tsv.write_text(out.read_text().replace(",", "\t"))
+    assert io.read(str(tsv)).gold.to_dict() == truths

@@ -62,3 +62,33 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+#: Spreadsheet workbooks, by name: answers come as CSV, TSV or Parquet.
+_SPREADSHEET_SUFFIXES = (".xlsx", ".xlsm", ".xltx", ".xls", ".xlsb", ".ods")
+#: The first bytes of an old Excel workbook (an OLE compound file).
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+
+
+def refuse_spreadsheet(path: str | Path) -> None:
+    """ValidationError, one line, if ``path`` is a spreadsheet workbook (Excel, OpenDocument),
+    by its name or by its first bytes: read as text it gives a parse error or, worse, a table
+    of garbage that looks like answers."""
+    name = str(path)
+    spreadsheet = name.lower().endswith(_SPREADSHEET_SUFFIXES)
+    if not spreadsheet:
+        try:
+            with open(name, "rb") as handle:
+                head = handle.read(2048)
+        except OSError:
+            return  # the reader says what is wrong with the path
+        # A zip whose first entry is an Office Open XML or OpenDocument part list.
+        spreadsheet = head.startswith(_OLE_MAGIC) or (
+            head.startswith(b"PK\x03\x04")
+            and (b"[Content_Types].xml" in head or b"opendocument.spreadsheet" in head)
+        )
+    if spreadsheet:
+        raise ValidationError(
+            f"{name!r} is a spreadsheet workbook: Excel files are not read; save as CSV "
+            "(in Excel: File > Save As > CSV UTF-8) and pass the .csv file."
+        )

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._csv import read_csv
+from ._files import refuse_spreadsheet
 from ._repr import short_list
 from .errors import NotNumericError, SchemaError, ValidationError
 
@@ -525,6 +526,7 @@ class Answers:
 
 # ---------------------------------------------------------------------- internals
 def _read_table(path: str, fmt: str, kwargs: dict[str, Any], delimiter: str = ",") -> pd.DataFrame:
+    refuse_spreadsheet(path)
     try:
         if fmt == "parquet":
             try:
@@ -558,15 +560,52 @@ def _resolve_kind(kind: str, col: pd.Series, labels: Sequence[Hashable] | None) 
     return bool(pd.api.types.is_float_dtype(col.dtype))
 
 
+def _is_number(value: Any) -> bool:
+    """A number, or text that spells one (``"3"``, ``" 2.5 "``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.number)):
+        return True
+    if isinstance(value, str):
+        try:
+            float(value.strip())
+        except ValueError:
+            return False
+        return bool(value.strip()) and value.strip().lower() not in ("nan", "inf", "-inf")
+    return False
+
+
+def mixed_example(values: Sequence[Any] | pd.Index) -> tuple[Any, Any] | None:
+    """A number and a word among ``values`` (the distinct labels of a column, few), or None
+    when they are not mixed: a column of scores with a stray ``"n/a"`` or ``"yes"`` in it
+    reads as text labels, the numbers among them too."""
+    number = word = None
+    for value in values:
+        if _is_number(value):
+            number = value if number is None else number
+        elif isinstance(value, str):
+            word = value if word is None else word
+        if number is not None and word is not None:
+            return number, word
+    return None
+
+
 def _code_numeric(
     col: pd.Series, value_range: tuple[float, float] | None, name: str
 ) -> tuple[np.ndarray, None, tuple[float, float] | None]:
     try:
         value = pd.to_numeric(col, errors="raise").to_numpy(dtype=np.float64)
     except (ValueError, TypeError) as exc:
-        bad = col[pd.to_numeric(col, errors="coerce").isna()].iloc[:3].tolist()
+        parsed = pd.to_numeric(col, errors="coerce")
+        bad = col[parsed.isna()].iloc[:3].tolist()
+        numbers = col[parsed.notna()]
+        mixed = (
+            f"Column {name!r} mixes numbers and words (e.g. {numbers.iloc[0]!r} and {bad[0]!r}): "
+            if len(numbers) and bad
+            else ""
+        )
         raise NotNumericError(
-            f"Numeric answers expected in column {name!r}, found non-numbers such as {bad}",
+            f"{mixed}Numeric answers expected in column {name!r}, found non-numbers such as {bad}",
             "Fix them, or pass kind='categorical'.",
         ) from exc
     if not np.isfinite(value).all():

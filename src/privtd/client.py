@@ -37,6 +37,7 @@ every figure from the natural parameters it perturbs with, whatever the server s
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import uuid
@@ -116,6 +117,87 @@ def per_answer_words(unit: str, k: int, whose: str = "the worker's") -> str:
     if k <= 1:
         return f"per {unit}"
     return f"per {unit}, given {whose} other {k - 1} {unit}s of the same draw"
+
+
+def _number(text: str) -> float | None:
+    """``text`` as the number it spells (``"1"``, ``" 2.50 "``, ``"1e3"``), else None."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _spells(answer: Any, label: Any) -> bool:
+    """Whether ``answer`` is ``label`` written another way, without loss: the text of a
+    number (``"1"``, ``"1.0"`` for the label ``1``), a whole float for an integer label
+    (``1.0`` for ``1``), a number for the text label that spells it (``0`` for ``"0"``), or
+    ``true``/``false`` for a boolean label."""
+    if isinstance(label, bool) or isinstance(answer, bool):
+        words = {True: ("true", "1"), False: ("false", "0")}
+        if isinstance(label, bool) and isinstance(answer, str):
+            return answer.strip().lower() in words[label]
+        if isinstance(answer, bool) and isinstance(label, str):
+            return label.strip().lower() in words[answer]
+        return answer == label and not isinstance(answer, str) and not isinstance(label, str)
+    if isinstance(label, (int, float)):
+        if isinstance(answer, str):
+            return _number(answer) == label
+        return isinstance(answer, (int, float)) and answer == label
+    if isinstance(label, str) and isinstance(answer, (int, float)):
+        return _number(label) == answer
+    return False
+
+
+def declared_answers(
+    campaign: Mapping[str, Any], answers: Mapping[str, Any], *, clip: bool = True
+) -> tuple[dict[str, Any], int]:
+    """``answers`` ({task: answer}) as the campaign declares them, and how many were clipped.
+
+    A categorical campaign's answer becomes the campaign's own label when it is that label
+    written another way without loss (a CSV's ``"1"`` or ``1.0`` for the label ``1``, ``0``
+    for ``"0"``: :func:`_spells`); anything else is a ValidationError naming the task. A
+    numeric campaign's answer is read as a number (text included) and, with ``clip``, clipped
+    into the campaign's range ``[low, high]`` here, before perturbing, as ``privtd perturb
+    --clip`` does; without ``clip`` an answer outside it is an error.
+    """
+    m = campaign["mechanism"]
+    out: dict[str, Any] = {}
+    labels = campaign.get("labels")
+    if MECHANISMS[m["name"]].kind == "categorical":
+        domain = list(labels or [])
+        for task, answer in answers.items():
+            answer = _plain(answer)
+            # One worker's own answers over a handful of labels: a plain scan.
+            same = [x for x in domain if type(x) is type(answer) and x == answer]
+            matches = same or [x for x in domain if _spells(answer, x)]
+            if len(matches) != 1:
+                raise ValidationError(
+                    f"The answer {answer!r} to task {task!r} is not one of the campaign's "
+                    f"labels {domain}, nor one of them written another way; fix it."
+                )
+            out[task] = matches[0]
+        return out, 0
+    params = m["params"]
+    low, high = float(params.get("low", -math.inf)), float(params.get("high", math.inf))
+    clipped = 0
+    for task, answer in answers.items():
+        answer = _plain(answer)
+        value = _number(answer) if isinstance(answer, str) else answer
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValidationError(
+                f"The answer {answer!r} to task {task!r} is not a finite number; campaign "
+                f"{campaign.get('name', '')!r} takes numbers in [{low:g}, {high:g}]."
+            )
+        if clip and not low <= value <= high:
+            value = min(max(value, low), high)
+            clipped += 1
+        out[task] = value
+    return out, clipped
 
 
 class Ceiling:
@@ -391,15 +473,22 @@ class Worker:
         return float(self.state["budget"]) - float(self.state["spent_epsilon"])
 
     # ---------------------------------------------------------------- sending
-    def submit(self, answers: Mapping[str, Any]) -> dict[str, Any]:
+    def submit(self, answers: Mapping[str, Any], *, clip: bool = True) -> dict[str, Any]:
         """Perturb ``answers`` ({task key: answer}) here and send them. Raises
         BudgetExceededError, before perturbing, if they would take the worker past its budget;
-        first finishes a submission an earlier call left unacknowledged."""
+        first finishes a submission an earlier call left unacknowledged.
+
+        Each answer is first taken as the campaign declares it (:func:`declared_answers`): a
+        label written another way without loss (``"1"`` or ``1.0`` for the label ``1``)
+        becomes the campaign's label; a numeric answer outside the campaign's range is clipped
+        into it (unless ``clip=False``, which makes it an error). The result's ``n_clipped``
+        says how many were clipped."""
         if self.state.get("pending"):
             self.resend()
         if not answers:
             raise ValidationError("No answers to send.")
         campaign = self.campaign()
+        answers, n_clipped = declared_answers(campaign, answers, clip=clip)
         mech = self.mechanism()
         n = len(self.tasks()) if campaign["whole_row"] else len(answers)
         # The worker's own ceiling, before anything is perturbed, for these n answers under one
@@ -441,7 +530,7 @@ class Worker:
         self._save()
         # Counted in the lifetime total from here: the body may reach the server.
         self.ceiling.record(self._ledger_key, budget.spent_epsilon)
-        return self.resend()
+        return {**self.resend(), "n_clipped": n_clipped}
 
     def resend(self) -> dict[str, Any]:
         """Send (again) the unacknowledged submission in the state file, same key, same body.

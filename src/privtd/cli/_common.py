@@ -144,7 +144,9 @@ def _read_truth_csv(path: str) -> pd.Series:
     import pandas as pd
 
     from .._csv import read_csv
+    from .._files import refuse_spreadsheet
 
+    refuse_spreadsheet(path)
     # Read as the answers are (privtd._csv), so a truth of integer labels with a blank cell
     # stays integers, and an unreadable file gets the same one-line error as in infer.
     try:
@@ -268,6 +270,24 @@ def _read_reference(path: str) -> pd.Series:
     from ..io import read as read_any
 
     if not Path(path).is_file() or detect(path) == "long":
+        from ..io._read import GOLD_COLUMN, _header
+
+        if Path(path).is_file() and not str(path).lower().endswith((".parquet", ".pq")):
+            names = _header(path)[0]
+            if GOLD_COLUMN in names and "truth" not in names:
+                # Answers with a gold column (privtd perturb keeps an export's there).
+                gold = read_any(path).gold
+                if gold is None:
+                    raise ValidationError(
+                        f"{path!r}'s gold column is empty: no known truth to score against. "
+                        "Pass a CSV task,truth."
+                    )
+                click.echo(
+                    f"privtd: note: scoring against the {len(gold)} golden task(s) in the gold "
+                    f"column of {path!r}",
+                    err=True,
+                )
+                return gold
         return _read_truth_csv(path)
     imported = read_any(path)
     label = FORMAT_LABELS[imported.format]
@@ -359,9 +379,29 @@ def _check_mechanism_keys(mechanism: str, calibrated: bool, params: dict[str, An
 MAX_LABELS = 100
 
 
-def _warn_label_set(data: Any) -> None:
+def _warn_mixed(data: Any, column: str | None) -> None:
+    """Warn, in one line, when categorical answers mix numbers and words: a score column with
+    a stray word is read as text labels, so "3" and "yes" both become labels."""
+    from ..answers import mixed_example
+
+    if not data.is_categorical:
+        return
+    example = mixed_example(data.labels)
+    if example is None:
+        return
+    number, word = example
+    click.echo(
+        f"privtd: warning: column {column or 'answer'!r} mixes numbers and words (e.g. "
+        f"{number!r} and {word!r}): every answer is read as a label, the numbers too. Fix the "
+        "words if the answers are numbers; leave them if both are labels.",
+        err=True,
+    )
+
+
+def _warn_label_set(data: Any, column: str | None = None) -> None:
     """Warn when categorical answers have so many distinct labels that they are likely numbers
-    read as labels: more than MAX_LABELS, or (past 20) more labels than half the answers.
+    read as labels: more than MAX_LABELS, or (past 20) more labels than half the answers; and
+    when they mix numbers and words (:func:`_warn_mixed`, ``column`` naming the column).
 
     Crowdsourcing label sets run from 2 to a few dozen classes; every categorical model here
     learns per label (a K x K confusion per worker for Dawid-Skene, a K-vector per task), so its
@@ -369,6 +409,7 @@ def _warn_label_set(data: Any) -> None:
     """
     if not data.is_categorical:
         return
+    _warn_mixed(data, column)
     n_labels, n_answers = data.n_labels, data.n_answers
     if n_labels <= MAX_LABELS and (n_labels <= 20 or 2 * n_labels <= n_answers):
         return

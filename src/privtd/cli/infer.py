@@ -288,7 +288,9 @@ def infer(
     wrote with --mechanism-report; without --method the perturbation-aware estimator runs
     (docs/inference.md). An aware method (-m aware-glad, ...) given no mechanism runs with no
     channel, and a note says what model that is. Numeric-only methods (gtm, mean, median,
-    raykar, sigma, ...) read integer answers as numbers; --kind overrides.
+    raykar, sigma, ...) read integer answers as numbers; --kind overrides. With a numeric
+    mechanism that adds noise (exp-gaussian, laplace), a warning says when the noise is wider
+    than the answers, with its expected error (docs/inference.md).
     """
     from ..errors import NotNumericError
     from ..inference import (
@@ -487,7 +489,7 @@ def infer(
         export_gold = imported.gold
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
-    _warn_label_set(data)
+    _warn_label_set(data, answer_col)
     params: dict[str, Any] = {}
     if mechanism is not None:
         if (
@@ -549,8 +551,9 @@ def infer(
         from ..io import FORMAT_LABELS
 
         label = FORMAT_LABELS[imported.format]
+        source = f"the {label} export" if imported.format != "long" else "its gold column"
         click.echo(
-            f"privtd: note: the {label} export has {len(export_gold)} golden task(s); "
+            f"privtd: note: {source} has {len(export_gold)} golden task(s); "
             + (
                 "--gold replaces them" if gold else "using them as gold (--gold FILE replaces them)"
             ),
@@ -590,6 +593,12 @@ def infer(
     )
     if isinstance(estimator, AwareNull):
         _note_pooled_interval(*estimator.pooled_median_interval_)
+    if mechanism is not None and not data.is_categorical and engine == "memory":
+        from ..mechanisms.utility import noise_warning
+
+        noisy = noise_warning(mech, data)
+        if noisy:
+            click.echo(f"privtd: warning: {noisy}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
         from ..inference.decision import fitted_prior, one_class_warning
 

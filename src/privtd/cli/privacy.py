@@ -16,6 +16,7 @@ from ._common import (
     ON_DUPLICATE,
     _atomic_csv,
     _check_mechanism_keys,
+    _mechanism_keys,
     _mechanism_params,
     _one_stdout,
     _parse_params,
@@ -51,14 +52,24 @@ from ._names import MECHANISM_NAMES
     "-o",
     required=True,
     type=click.Path(dir_okay=False),
-    help="CSV to write: task,worker,answer (perturbed); '-': standard output.",
+    help="CSV to write: task,worker,answer (perturbed), and gold (unperturbed) when the input "
+    "has golden tasks; '-': standard output.",
 )
 @click.option(
     "--report",
     type=click.Path(dir_okay=False),
     help="JSON to write: mechanism, parameters, label set, the marginal guarantee and every "
     "worker's figures, one answer given its others and the whole release ('-': standard "
-    "output). `privtd infer --mechanism-report` reads it.",
+    "output); the median and largest worker totals are printed either way. `privtd infer "
+    "--mechanism-report` reads it.",
+)
+@click.option(
+    "--clip",
+    metavar="LOW,HIGH",
+    help="Numeric mechanisms: clip the answers to [LOW, HIGH] before perturbing (the count "
+    "clipped is printed); LOW and HIGH are then the mechanism's declared range (its low and "
+    "high), which its sensitivity and guarantee rest on. Without it an answer outside the "
+    "range is an error.",
 )
 @click.option(
     "--allow-float-leak",
@@ -66,6 +77,14 @@ from ._names import MECHANISM_NAMES
     help="mf only: make a real release (no --seed) although mf's floating-point rows can rule "
     "out neighbouring answers whatever epsilon says (Mironov 2012; docs/privacy.md). Without "
     "it a real mf release is refused.",
+)
+@click.option(
+    "--allow-uninformative",
+    is_flag=True,
+    help="Release even where the mechanism's answers carry no information about the truth "
+    "(epsilon 0 for one-layer, binary-rr and krr-null; two-layer with a = b = (K-1)/K): its "
+    "outputs are then uniform draws, whatever the answers. Without it such a setting is "
+    "refused.",
 )
 @answer_source
 @ON_DUPLICATE
@@ -77,7 +96,9 @@ def perturb(
     seed: int | None,
     output: str,
     report: str | None,
+    clip: str | None,
     allow_float_leak: bool,
+    allow_uninformative: bool,
     fmt: str,
     delimiter: str | None,
     task_col: str | None,
@@ -98,6 +119,15 @@ def perturb(
     the same laws from a fast keyed generator: reproducible, not for real data. mf's noise is
     real-valued: its guarantee holds for real arithmetic only (docs/privacy.md), so a real mf
     release needs --allow-float-leak.
+
+    Golden tasks (an export's, or a long table's gold column) are kept in the output's gold
+    column, unperturbed: infer holds them fixed and evaluate --truth scores against them.
+    Settings whose answers carry no information (epsilon 0) are refused unless
+    --allow-uninformative.
+
+    Numeric answers are perturbed within the mechanism's declared range (-p low=... -p
+    high=...): --clip LOW,HIGH clips them into it first and declares it (docs/privacy.md,
+    "Clipping numeric answers").
     """
     import numpy as np
 
@@ -117,10 +147,18 @@ def perturb(
     _one_stdout(output=output, report=report)
     param_values = _parse_params(param)
     _check_mechanism_keys(mechanism, epsilon is not None, param_values)
+    if allow_uninformative:
+        if "allow_uninformative" not in _mechanism_keys(mechanism, epsilon is not None):
+            raise ValidationError(
+                f"--allow-uninformative applies to one-layer, two-layer, binary-rr and "
+                f"krr-null; {mechanism} always needs an epsilon above 0. Drop it."
+            )
+        param_values["allow_uninformative"] = True
     for path in (output, report):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     kind = MECHANISMS[mechanism].kind
+    bounds = _clip_bounds(clip, mechanism, kind, param_values) if clip is not None else None
     try:
         imported = _read_answers(
             answers,
@@ -145,11 +183,19 @@ def perturb(
         click.echo(f"privtd: note: {note}", err=True)
     if imported.gold is not None:
         click.echo(
-            f"privtd: note: the export's {len(imported.gold)} golden task(s) are not written: "
-            "perturb writes answers only; their answers are perturbed like any other.",
+            f"privtd: note: kept the {len(imported.gold)} golden task(s) of {answers!r} in the "
+            "output's gold column, unperturbed (the requester's known truths, no worker's "
+            "answer); their answers are perturbed like any other. infer holds them fixed "
+            "(--no-gold: not), evaluate --truth scores against them.",
             err=True,
         )
-    _warn_label_set(data)
+    _warn_label_set(data, answer_col)
+    clipped: dict[str, Any] | None = None
+    if bounds is not None:
+        data, clipped = _clip(data, *bounds)
+        param_values.update(low=bounds[0], high=bounds[1])
+    elif kind == "numeric" and {"low", "high"} <= set(param_values):
+        _check_in_range(data, param_values["low"], param_values["high"])
     params = _mechanism_params(mechanism, param_values, data.n_tasks)
     if kind == "categorical":
         params.setdefault("n_labels", data.n_labels)
@@ -180,7 +226,10 @@ def perturb(
         "labels": None if data.labels is None else [_plain(v) for v in data.labels],
         "n_answers": data.n_answers,
         "n_output": perturbed.n_answers,
+        "n_gold": 0 if imported.gold is None else len(imported.gold),
     }
+    if clipped is not None:
+        summary["clipped"] = clipped
     if perturbed.n_answers == data.n_answers:  # same cells: say how many changed
         summary["changed_fraction"] = float((perturbed.value != data.value).mean())
     # One private draw per worker, as perturb draws: each worker's total is its whole release.
@@ -202,7 +251,7 @@ def perturb(
         summary["conditional_epsilon_quantiles"] = {
             q: float(np.quantile(cond, float(q))) for q in ("0.1", "0.5", "0.9", "1.0")
         }
-    _atomic_csv(perturbed.to_frame(), output, index=False)
+    _atomic_csv(_with_gold_column(perturbed.to_frame(), imported.gold), output, index=False)
     if report:
         _write_output(report, json.dumps(_strict(summary), indent=2, default=str) + "\n")
     changed = (
@@ -215,9 +264,130 @@ def perturb(
         f"{data.n_answers} answers of {data.n_workers} workers, {changed} -> {_shown(output)}",
         err=True,
     )
+    if clipped is not None:
+        click.echo(_clip_line(clipped, data.n_answers, mech), err=True)
+    if len(totals):
+        click.echo(_totals_line(totals, mech.unit, report), err=True)
     click.echo(f"the largest release ({largest} {mech.unit}s of one worker, one draw):", err=True)
     for line in format_release_figures(mech, largest)[1:]:
         click.echo(line, err=True)
+
+
+def _with_gold_column(table: Any, gold: Any) -> Any:
+    """The perturbed answers with the input's golden truths beside them, unperturbed: column
+    ``gold``, each golden task's truth on its rows and blank elsewhere, which ``privtd.io``
+    reads back as the table's golden tasks. Integer truths stay integers through the blanks."""
+    if gold is None:
+        return table
+    import pandas as pd
+
+    column = table["task"].map(gold)
+    if pd.api.types.is_integer_dtype(pd.Series(list(gold)).dtype):
+        column = column.astype("Int64")
+    return table.assign(gold=column)
+
+
+def _totals_line(totals: Any, unit: str, report: str | None) -> str:
+    """Each worker's total (its whole release under one draw) in one line: the median
+    worker's and the largest, each with the answers behind it."""
+    import numpy as np
+
+    eps = totals["epsilon_total"].to_numpy(dtype=float)
+    sizes = totals["n_released"].to_numpy()
+    order = np.argsort(eps, kind="stable")
+    mid, top = order[(len(order) - 1) // 2], order[-1]
+    where = f"every worker's in {_shown(report)}" if report else "every worker's: --report FILE"
+    return (
+        f"per-worker epsilon totals (each worker's whole release, one draw), {len(eps):,} "
+        f"workers: median {eps[mid]:.4g} ({sizes[mid]:,} {unit}s), largest {eps[top]:.4g} "
+        f"({sizes[top]:,} {unit}s); {where}"
+    )
+
+
+def _clip_bounds(
+    text: str, mechanism: str, kind: str, params: dict[str, Any]
+) -> tuple[float, float]:
+    """``--clip LOW,HIGH`` as the mechanism's range: numbers, ``LOW < HIGH``, integers for the
+    mechanisms over integer scores, and no other range given with ``-p``."""
+    from ..mechanisms import MECHANISMS
+    from ..mechanisms.null_aware import ScoreDomain
+
+    if kind != "numeric":
+        raise ValidationError(
+            f"--clip applies to numeric answers; the {mechanism} mechanism perturbs labels. "
+            "Drop --clip."
+        )
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise ValidationError(
+            f"--clip takes LOW,HIGH, two numbers (e.g. 0,100). Got {text!r}."
+        ) from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValidationError(f"--clip needs finite LOW < HIGH. Got {text!r}.")
+    if issubclass(MECHANISMS[mechanism], ScoreDomain):
+        if not (low.is_integer() and high.is_integer()):
+            raise ValidationError(
+                f"The {mechanism} mechanism perturbs integer scores: --clip takes two integers. "
+                f"Got {text!r}."
+            )
+        low, high = int(low), int(high)
+    for name, bound in (("low", low), ("high", high)):
+        if name in params and float(params[name]) != float(bound):
+            raise ValidationError(
+                f"-p {name}={params[name]} disagrees with --clip {text}: --clip declares the "
+                f"mechanism's range. Drop -p {name}."
+            )
+    return low, high
+
+
+def _clip(data: Any, low: float, high: float) -> tuple[Any, dict[str, Any]]:
+    """The answers clipped to ``[low, high]`` and what was clipped: the worker-side step
+    before the mechanism, so that every answer lies in the range its guarantee assumes."""
+    import numpy as np
+
+    value = np.asarray(data.value, dtype=np.float64)
+    below, above = int((value < low).sum()), int((value > high).sum())
+    if below or above:
+        data = data.with_values(np.clip(value, low, high))
+    return data, {"low": low, "high": high, "below": below, "above": above}
+
+
+def _check_in_range(data: Any, low: Any, high: Any) -> None:
+    """An answer outside the declared range is an error that names --clip, before the
+    mechanism's own check (which cannot know the flag)."""
+    import numpy as np
+
+    value = np.asarray(data.value, dtype=np.float64)
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return  # the mechanism's constructor says what is wrong with them
+    out = (value < lo) | (value > hi)
+    if out.any():
+        raise ValidationError(
+            f"{int(out.sum())} of {value.size} answer(s) fall outside the declared range "
+            f"[{low}, {high}] (first: {value[out][0]:g}); the guarantee assumes that range. "
+            f"Fix them, declare a wider range, or clip them into it with --clip {low},{high}."
+        )
+
+
+def _clip_line(clipped: dict[str, Any], n_answers: int, mech: Any) -> str:
+    """How many answers --clip moved, and the bound the mechanism's guarantee now uses."""
+    low, high = clipped["low"], clipped["high"]
+    moved = clipped["below"] + clipped["above"]
+    sensitivity = getattr(mech, "sensitivity", None)
+    if sensitivity is not None:  # exp-gaussian: the range in whole grid steps
+        bound = f"sensitivity {sensitivity:g} (high - low on the grid of step {mech.step:.6g})"
+    elif mech.name == "laplace":
+        bound = f"sensitivity high - low = {high - low:g}"
+    else:  # krr-null, two-layer-null, mf: the score domain
+        bound = f"the {mech.domain_size} scores {low}..{high}"
+    return (
+        f"clipped {moved:,} of {n_answers:,} answers to [{low:g}, {high:g}] ({clipped['below']:,} "
+        f"below, {clipped['above']:,} above) before {mech.name}, whose guarantee uses {bound}"
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -324,8 +324,10 @@ def campaign_create(
     enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
     import pandas as pd
 
+    from .._files import refuse_spreadsheet
     from ..client import Requester
 
+    refuse_spreadsheet(tasks_path)
     frame = pd.read_csv(tasks_path, dtype=str, keep_default_na=False)
     if "task" not in frame.columns:
         raise ValidationError(f"{tasks_path} lacks a 'task' column.")
@@ -707,11 +709,17 @@ def client_ceiling(
     "--state", required=True, type=click.Path(dir_okay=False), help="The worker's state file."
 )
 def client_submit(answers: str, state: str) -> None:
-    """Perturb ANSWERS (CSV: task,answer) on this machine and submit them."""
+    """Perturb ANSWERS (CSV: task,answer) on this machine and submit them.
+
+    Answers are taken as the campaign declares them: a label written another way without loss
+    ("1" or 1.0 for the label 1) is that label; a number outside a numeric campaign's range
+    is clipped into it here, before perturbing, and the count is printed."""
     import pandas as pd
 
+    from .._files import refuse_spreadsheet
     from ..client import Worker
 
+    refuse_spreadsheet(answers)
     frame = pd.read_csv(answers, dtype={"task": str})
     missing = {"task", "answer"} - set(frame.columns)
     if missing:
@@ -737,6 +745,13 @@ def client_submit(answers: str, state: str) -> None:
     )
     values = [v.item() if hasattr(v, "item") else v for v in frame["answer"]]
     out = worker.submit(dict(zip(frame["task"], values, strict=True)))
+    params = campaign["mechanism"]["params"]
+    if campaign.get("labels") is None and "low" in params and "high" in params:
+        click.echo(
+            f"clipped {out['n_clipped']} of {len(frame)} answer(s) to the campaign's range "
+            f"[{params['low']:g}, {params['high']:g}] here, before perturbing",
+            err=True,
+        )
     click.echo(
         # The worker's own count: it includes releases the server refused (it received them).
         f"sent {out['n_reports']} perturbed report(s); spent epsilon "

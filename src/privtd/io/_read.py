@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from .._files import refuse_spreadsheet
 from ..errors import SchemaError, ValidationError
 from ._base import FORMAT_LABELS, Imported
 from .appen import read_appen
@@ -73,6 +74,7 @@ def detect(path: str) -> str:
     ``annotations`` is Label Studio; a header with ``ASSIGNMENT:worker_id`` is Toloka, with
     ``WorkerId`` and ``HITId`` MTurk, with ``_unit_id`` and ``_worker_id`` Appen; anything
     else (and Parquet) is the long table."""
+    refuse_spreadsheet(path)
     if str(path).lower().endswith(_PARQUET):
         return "long"
     text = _head(path)
@@ -110,13 +112,23 @@ def read_long(
 ) -> Imported:
     """Read privtd's long table (CSV, TSV or Parquet) with columns mapped by ``task``,
     ``worker`` and ``answer``; ``delimiter`` defaults to the one the header line uses."""
-    from ..answers import Answers
+    from ..answers import Answers, _read_table
 
     fmt = (
         "parquet"
         if str(path).lower().endswith(_PARQUET) or _head(path).startswith("PAR1")
         else "csv"
     )
+    names, sniffed = _header(path, delimiter) if fmt == "csv" else (None, ",")
+    if (names is None or GOLD_COLUMN in names) and GOLD_COLUMN not in (task, worker, answer):
+        frame = _read_table(path, fmt, {"task": task, "worker": worker}, sniffed)
+        if GOLD_COLUMN in frame.columns:
+            return _with_gold(frame, path, task, worker, answer, kwargs)
+        return Imported(
+            answers=Answers.from_frame(frame, task=task, worker=worker, answer=answer, **kwargs),
+            gold=None,
+            format="long",
+        )
     if fmt == "csv":
         names, delimiter = _header(path, delimiter)
         if detected and answer == "answer" and "answer" not in names and "label" in names:
@@ -138,6 +150,38 @@ def read_long(
     else:
         answers = Answers.from_parquet(path, task=task, worker=worker, answer=answer, **kwargs)
     return Imported(answers=answers, gold=None, format="long")
+
+
+#: A long table's column of known truths: the task's truth on its rows, blank elsewhere
+#: (what ``privtd perturb`` writes from an export's golden tasks).
+GOLD_COLUMN = "gold"
+
+
+def _with_gold(
+    frame: Any, path: str, task: str, worker: str, answer: str, kwargs: dict[str, Any]
+) -> Imported:
+    """A long table with a ``gold`` column: the answers, and the golden tasks it names."""
+    import pandas as pd
+
+    from ._base import build, gold_from
+
+    if answer not in frame.columns and answer == "answer" and "label" in frame.columns:
+        answer = "label"  # crowd-kit's name, as Answers.from_frame takes it
+    missing = [c for c in (task, worker, answer) if c not in frame.columns]
+    if missing:
+        raise SchemaError(
+            f"{path!r} lacks column(s) {missing}: expected {[task, worker, answer]} beside its "
+            f"{GOLD_COLUMN!r} column, found {list(map(str, frame.columns))}. Map them with "
+            "--task-col, --worker-col, --answer-col."
+        )
+    values = frame[GOLD_COLUMN]
+    if isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
+        values = values.astype(object).where(values.notna(), None)  # nullable ints: plain ints
+    gold = gold_from(frame[task], values, "long")
+    if kwargs.get("kind", "auto") == "auto" and pd.api.types.is_float_dtype(frame[answer].dtype):
+        kwargs = {**kwargs, "kind": "numeric"}  # as without gold: float answers are numbers
+    long = pd.DataFrame({"task": frame[task], "worker": frame[worker], "answer": frame[answer]})
+    return build(long, gold, "long", [], path, kwargs)
 
 
 def read(

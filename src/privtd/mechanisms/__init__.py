@@ -76,7 +76,9 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: _Any) -> M
         sig = _inspect.signature(build).parameters.values()
         named = [p for p in sig if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
         required = [p.name for p in named if p.default is p.empty and p.name != "epsilon"]
-        accepted = ", ".join(p.name for p in named if p.name != "epsilon") or "none"
+        # allow_uninformative is a consent, not a parameter of the release: left unlisted.
+        listed = [p.name for p in named if p.name not in ("epsilon", "allow_uninformative")]
+        accepted = ", ".join(listed) or "none"
         unknown = sorted(set(params) - {p.name for p in named})
         if unknown:
             what = f"takes no parameter {', '.join(map(repr, unknown))}"

@@ -50,6 +50,27 @@ class Guarantee:
         return f"epsilon={eps}{delta} per {self.unit}"
 
 
+#: Below this epsilon a mechanism's outputs are independent of the answer up to the rounding
+#: of its figures (``flip_epsilon`` of the flip ``(s - 1) / s`` is 0 only to about 1e-16).
+UNINFORMATIVE_EPSILON = 1e-12
+
+
+def check_informative(mechanism: Mechanism) -> None:
+    """A constructor's refusal of a mechanism whose releases carry no information about the
+    answers, unless its ``allow_uninformative`` says that is what is wanted."""
+    if mechanism.uninformative and not getattr(mechanism, "allow_uninformative", False):
+        shown = ", ".join(
+            f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in mechanism.params().items()
+        )
+        raise ValidationError(
+            f"{type(mechanism).__name__}({shown}) releases answers independent of the truth "
+            "(epsilon 0: every output is as likely whatever the answer), so nothing can be "
+            "inferred from them. Raise epsilon, or pass allow_uninformative=True (CLI: perturb "
+            "--allow-uninformative; elsewhere -p allow_uninformative=true) to release them anyway."
+        )
+
+
 def _check_release_size(k: int) -> None:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValidationError(f"A release counts its answers: an int >= 0. Got {k!r}.")
@@ -147,8 +168,19 @@ class Mechanism(ABC):
     def from_epsilon(cls, epsilon: float, **params: Any) -> Mechanism:
         """The mechanism whose guarantee is exactly ``epsilon`` per unit."""
 
+    @property
+    def uninformative(self) -> bool:
+        """Whether what it releases is independent of the answer, so that nothing about the
+        truth can be inferred from it: epsilon 0 (up to rounding) for a mechanism whose
+        answers are perturbed independently. A mechanism whose answers share a private draw
+        that the other answers reveal says for itself (:class:`TwoLayerRR`)."""
+        return self.epsilon <= UNINFORMATIVE_EPSILON
+
     def params(self) -> dict[str, Any]:
-        return dict(vars(self))
+        out = dict(vars(self))
+        if not out.get("allow_uninformative", True):
+            del out["allow_uninformative"]  # the default: not a parameter of the release
+        return out
 
     def cells_per_worker(self, answers: Answers) -> np.ndarray:
         """How many perturbed units each worker releases (its answers, by default)."""

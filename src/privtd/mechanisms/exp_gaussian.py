@@ -169,6 +169,18 @@ class ExpGaussian(CellMechanism):
     def epsilon(self) -> float:
         return self.sensitivity * math.sqrt(2.0 * self.rate)
 
+    @property
+    def noise_std(self) -> float:
+        """The standard deviation of one report's noise, ``v_u`` marginalised:
+        ``sqrt(E[v_u]) = 1 / sqrt(rate)`` (the grid's rounding, at most ``g / 2``, aside)."""
+        return 1.0 / math.sqrt(self.rate)
+
+    @property
+    def noise_mae(self) -> float:
+        """The mean absolute value of one report's noise: the Laplace scale
+        ``1 / sqrt(2 rate)`` of its continuous limit."""
+        return self.laplace_scale
+
     def _guarantee_note(self) -> str:
         return (
             f"one report alone, exact on the grid low + J * {self.step:.6g} (discrete Gaussian, "

@@ -17,7 +17,7 @@ import numpy as np
 from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Budget, Mechanism, Unit, _check_release_size
+from ._base import Budget, Mechanism, Unit, _check_release_size, check_informative
 from ._discrete import dlaplace_log_pmf, opendp_laplace, sample_dlaplace
 from ._random import Draws, id_hashes
 from ._shared_draw import shared_budget_epsilons
@@ -164,6 +164,9 @@ class KRRNull(NullAwareMechanism):
     keep: float
     low: int
     high: int
+    #: Build it even where ``keep = 1 / (|Gamma| + 1)`` (epsilon 0): every cell is then a
+    #: uniform draw over the symbols, independent of the answer; refused unless this is True.
+    allow_uninformative: bool = False
     name: ClassVar[str] = "krr-null"
 
     def __post_init__(self) -> None:
@@ -172,20 +175,23 @@ class KRRNull(NullAwareMechanism):
             raise ValidationError(
                 f"The 'keep' parameter of KRRNull must be in (0, 1). Got {self.keep!r}."
             )
+        check_informative(self)
 
     @property
     def epsilon(self) -> float:
         return abs(math.log(self.keep * self.domain_size / (1 - self.keep)))
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, low: int, high: int) -> KRRNull:  # type: ignore[override]
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, low: int, high: int, allow_uninformative: bool = False
+    ) -> KRRNull:
         if not isinstance(epsilon, (int, float)) or not 0 <= epsilon < math.inf:
             raise ValidationError(
                 f"The 'epsilon' parameter of KRRNull must be a float in [0, inf). Got {epsilon!r}."
             )
         _check_domain_bounds("KRRNull", low, high)
         e = math.exp(epsilon)
-        return cls(e / (high - low + 1 + e), low, high)
+        return cls(e / (high - low + 1 + e), low, high, allow_uninformative)
 
     def _perturb_cells(self, values, worker_index, draws, worker_hash, task_hash):
         k = self.domain_size + 1  # symbols: scores 0..|Gamma|-1, NULL = |Gamma|
@@ -255,6 +261,19 @@ class LaplaceNull(NullAwareMechanism):
     @property
     def epsilon(self) -> float:
         return (self.high - self.low) / self.scale
+
+    @property
+    def noise_std(self) -> float:
+        """The standard deviation of one cell's noise, ``sqrt(2 p) / (1 - p)``,
+        ``p = exp(-1 / scale)`` (discrete Laplace)."""
+        p = math.exp(-1.0 / self.scale)
+        return math.sqrt(2.0 * p) / (1.0 - p)
+
+    @property
+    def noise_mae(self) -> float:
+        """The mean absolute value of one cell's noise, ``2 p / (1 - p^2)``."""
+        p = math.exp(-1.0 / self.scale)
+        return 2.0 * p / (1.0 - p * p)
 
     def _guarantee_note(self) -> str:
         return (

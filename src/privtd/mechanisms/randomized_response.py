@@ -12,7 +12,7 @@ import numpy as np
 from .._rng import RNGLike
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import CellMechanism, Unit, _check_release_size
+from ._base import CellMechanism, Unit, _check_release_size, check_informative
 from ._random import Draws, id_hashes
 from ._shared_draw import shared_flip_epsilons
 
@@ -74,6 +74,9 @@ class OneLayerRR(CellMechanism):
 
     f: float
     n_labels: int = 2
+    #: Build it even where ``f = (s - 1) / s`` (epsilon 0): its answers are then uniform
+    #: draws, independent of the truth; refused unless this is True.
+    allow_uninformative: bool = False
     name: ClassVar[str] = "one-layer"
     unit: ClassVar[Unit] = "answer"
 
@@ -83,18 +86,21 @@ class OneLayerRR(CellMechanism):
             raise ValidationError(
                 f"The 'f' parameter of OneLayerRR must be a float in (0, 1). Got {self.f!r}."
             )
+        check_informative(self)
 
     @property
     def epsilon(self) -> float:
         return float(flip_epsilon(self.f, self.n_labels))
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, n_labels: int = 2) -> OneLayerRR:  # type: ignore[override]
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, n_labels: int = 2, allow_uninformative: bool = False
+    ) -> OneLayerRR:
         _check_labels("OneLayerRR", n_labels)
         eps = _check_epsilon("OneLayerRR", epsilon)
         if math.isinf(eps):
             raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
-        return cls(flip_for_epsilon(eps, n_labels), n_labels)
+        return cls(flip_for_epsilon(eps, n_labels), n_labels, allow_uninformative)
 
     def _perturb_codes(self, codes, worker_index, draws, worker_hash, task_hash):
         wh = worker_hash[worker_index]
@@ -118,6 +124,7 @@ class BinaryRR(OneLayerRR):
 
     f: float = 0.5
     n_labels: int = 2
+    allow_uninformative: bool = False
     name: ClassVar[str] = "binary-rr"
     unit: ClassVar[Unit] = "attribute"
 
@@ -126,21 +133,23 @@ class BinaryRR(OneLayerRR):
         return 1.0 - self.f
 
     @classmethod
-    def from_keep(cls, keep: float) -> BinaryRR:
+    def from_keep(cls, keep: float, allow_uninformative: bool = False) -> BinaryRR:
         if not isinstance(keep, (int, float)) or not 0.0 < keep < 1.0:
             raise ValidationError(
                 f"The 'keep' parameter of BinaryRR must be in (0, 1). Got {keep!r}."
             )
-        return cls(1.0 - keep, 2)
+        return cls(1.0 - keep, 2, allow_uninformative)
 
     @classmethod
-    def from_epsilon(cls, epsilon: float, n_labels: int = 2) -> BinaryRR:  # type: ignore[override]
+    def from_epsilon(  # type: ignore[override]
+        cls, epsilon: float, n_labels: int = 2, allow_uninformative: bool = False
+    ) -> BinaryRR:
         if n_labels != 2:
             raise ValidationError(f"BinaryRR is for 2 labels. Got n_labels={n_labels}.")
         eps = _check_epsilon("BinaryRR", epsilon)
         if math.isinf(eps):
             raise ValidationError("epsilon = inf means no perturbation; pass a finite epsilon.")
-        return cls.from_keep(math.exp(eps) / (math.exp(eps) + 1.0))
+        return cls.from_keep(math.exp(eps) / (math.exp(eps) + 1.0), allow_uninformative)
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,9 @@ class TwoLayerRR(CellMechanism):
     a: float
     b: float
     n_labels: int = 2
+    #: Build it even where ``a = b = (s - 1) / s``: every worker then flips with the
+    #: probability that makes its answers uniform draws; refused unless this is True.
+    allow_uninformative: bool = False
     name: ClassVar[str] = "two-layer"
     unit: ClassVar[Unit] = "answer"
 
@@ -183,6 +195,14 @@ class TwoLayerRR(CellMechanism):
             raise ValidationError(f"TwoLayerRR needs a <= b. Got a={self.a}, b={self.b}.")
         if self.a + self.b <= 0.0:
             raise ValidationError("TwoLayerRR needs a + b > 0 (a = b = 0 never perturbs).")
+        check_informative(self)
+
+    @property
+    def uninformative(self) -> bool:
+        """Only where every worker's ``f_u`` is ``(s - 1) / s``: with ``a < b`` and epsilon 0
+        one answer alone says nothing, but a worker's answers share ``f_u`` and together
+        show which way it flips (docs/algorithms.md#the-two-layer-caveat)."""
+        return self.a == self.b and super().uninformative
 
     @property
     def epsilon(self) -> float:
@@ -206,7 +226,11 @@ class TwoLayerRR(CellMechanism):
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
-        cls, epsilon: float, n_labels: int = 2, a: float | None = None
+        cls,
+        epsilon: float,
+        n_labels: int = 2,
+        a: float | None = None,
+        allow_uninformative: bool = False,
     ) -> TwoLayerRR:
         """``a + b = 2 f(epsilon)``; with the paper's ``a = 0``, ``b = 2 f``. ``a=None`` takes the
         paper's ``a = 0`` where it is feasible and otherwise the smallest feasible ``a`` (over
@@ -228,7 +252,7 @@ class TwoLayerRR(CellMechanism):
                 f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}] "
                 "(CLI: -p a=VALUE), or leave a unset for the smallest feasible one."
             )
-        return cls(float(a), float(min(max(b, a), 1.0)), n_labels)
+        return cls(float(a), float(min(max(b, a), 1.0)), n_labels, allow_uninformative)
 
     def worker_flips(self, worker_hash: np.ndarray, draws: Draws) -> np.ndarray:
         """Each worker's private ``f_u`` (drawn once per worker)."""
