@@ -36,9 +36,11 @@ def _kdd18_table(epsilons=kdd18.EPSILONS) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     names = ["mv", "td", "crh", "aware", "aware_vs_td", "aware_minus_td"]
     names += ["aware_ds", "aware_ds_vs_td", "aware_ds_minus_td"]
+    names += [f"{n}_bacc" for n in kdd18.BACC_METHODS]
     row_names = [f"{m}_{n}{se}" for m in kdd18.MECHANISMS for n in names for se in ("", "_se")]
     table = pd.DataFrame(rng.uniform(0, 0.3, (len(epsilons), len(row_names))), columns=row_names)
     table.insert(0, "epsilon", list(epsilons))
+    table["majority_bacc"] = 0.5
     return table
 
 
@@ -51,7 +53,7 @@ def test_epsilon_zero_and_small_values_are_apart_and_every_figure_has_a_title():
     fig2 = kdd18.weights_before_after("duchenne", epsilon=0.5, seed=0)
     dist = kdd18.error_change_distribution(samples=2000, seed=0)
     figures = kdd18.figure_set(table, fig2, dist, "duchenne", "2 trials, seed 0")
-    assert set(figures) == {"table.png", "figure2.png", "error_change.png"}
+    assert set(figures) == {"table.png", "figure2.png", "error_change.png", "balanced_accuracy.png"}
     for name, fig in figures.items():
         assert fig._suptitle is not None and fig._suptitle.get_text(), name
     assert "duchenne" in figures["table.png"]._suptitle.get_text()
