@@ -293,6 +293,11 @@ def test_icdcs20_real_states_the_worker_figures():
     assert row["release"] == pytest.approx(mech.release_epsilon(140))
     assert row["release_largest"] == pytest.approx(mech.release_epsilon(700))
     assert row["given_others"] > 100 * row["epsilon"]
+    # The trivial baseline beside the MAEs: one number, the median of the answers, for every task.
+    answers, truth = datasets.load("emotion")
+    median = float(np.median(answers.value))
+    assert row["baseline_mae"] == pytest.approx(np.abs(median - truth.to_numpy()).mean())
+    assert abs(row["baseline_mae_perturbed"] - row["baseline_mae"]) < row["baseline_mae"]
 
 
 def test_bigdata18_mf_wins_at_moderate_epsilon():
@@ -502,3 +507,28 @@ def test_dmkd14_gives_balanced_accuracy_and_the_baseline(monkeypatch):
     assert row["plain"] == row["secure"] == pytest.approx(5 / 6)
     assert row["plain_bacc"] == row["secure_bacc"] == pytest.approx(0.75)
     assert row["baseline"] == pytest.approx(4 / 6) and row["baseline_bacc"] == 0.5
+
+
+def test_bigdata18_real_states_the_median_baseline(monkeypatch):
+    from types import SimpleNamespace
+
+    from privtd import Answers
+    from privtd.experiments import bigdata18
+
+    # Eight tasks on a 1..3 scale, four workers each answering the code its row gives.
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 3, (8, 4))
+    answers = Answers(
+        np.repeat(np.arange(8, dtype=np.int32), 4),
+        np.tile(np.arange(4, dtype=np.int32), 8),
+        codes.ravel().astype(np.int8),
+        pd.Index([f"t{i}" for i in range(8)]),
+        pd.Index([f"w{i}" for i in range(4)]),
+        pd.Index([1, 2, 3]),
+    )
+    truth = pd.Series([1.0, 2, 3, 3, 2, 1, 3, 3], index=answers.tasks)
+    data = SimpleNamespace(answers=answers, truth=truth)
+    monkeypatch.setattr(bigdata18.datasets, "load", lambda name: data)
+    row = bigdata18.real(names=("tiny",), trials=2, epsilons=(5.0,), d=2).iloc[0]
+    median = float(np.median(codes + 1))
+    assert row["baseline_mae"] == pytest.approx(np.abs(median - truth.to_numpy()).mean())
