@@ -151,6 +151,11 @@ def test_cli_writes_table_and_record(tmp_path, capsys):
         assert not exc.code
     assert (tmp_path / "table.csv").exists() and (tmp_path / "table.md").exists()
     assert (tmp_path / "vs_paper.csv").exists()
+    # Beside the paper's error-rate changes, balanced accuracy and the majority-class baseline.
+    assert (tmp_path / "balanced.csv").exists()
+    printed = capsys.readouterr().out
+    assert "Balanced accuracy (majority-class baseline: label 0," in printed
+    assert "| none (clean) |" in printed
     facts = json.loads((tmp_path / "run.json").read_text())
     assert facts["experiment"] == "kdd18" and facts["trials"] == 2 and facts["seconds"] >= 0
     assert facts["label_order"] == "reversed" and facts["labels"] == ["1", "0"]
@@ -288,6 +293,11 @@ def test_icdcs20_real_states_the_worker_figures():
     assert row["release"] == pytest.approx(mech.release_epsilon(140))
     assert row["release_largest"] == pytest.approx(mech.release_epsilon(700))
     assert row["given_others"] > 100 * row["epsilon"]
+    # The trivial baseline beside the MAEs: one number, the median of the answers, for every task.
+    answers, truth = datasets.load("emotion")
+    median = float(np.median(answers.value))
+    assert row["baseline_mae"] == pytest.approx(np.abs(median - truth.to_numpy()).mean())
+    assert abs(row["baseline_mae_perturbed"] - row["baseline_mae"]) < row["baseline_mae"]
 
 
 def test_bigdata18_mf_wins_at_moderate_epsilon():
@@ -328,6 +338,17 @@ def test_dmkd14_secure_equals_plain_and_costs_are_measured():
     assert (table.plain == table.secure).all() or np.allclose(table.plain, table.secure, atol=1e-9)
     assert (table.same_truths == 1.0).all()
     assert (table.iterations_plain == table.iterations_secure).all()
+    # Beside P2's metric, the trivial baseline: dog's majority class and 1/K balanced accuracy;
+    # for emotion's numbers the MAE of the median of the answers.
+    dog, emotion = table.iloc[0], table.iloc[1]
+    gold = datasets.load("dog").truth
+    assert dog["baseline"] == pytest.approx(gold.value_counts().max() / gold.size)
+    assert dog["baseline_bacc"] == pytest.approx(1 / gold.nunique())
+    assert dog["plain_bacc"] == dog["secure_bacc"] and dog["plain_bacc"] > dog["baseline_bacc"]
+    answers, gold = datasets.load("emotion")
+    median = float(np.median(answers.value))
+    assert emotion["baseline"] == pytest.approx(np.abs(median - gold.to_numpy()).mean())
+    assert emotion["plain"] < emotion["baseline"]
     costs = dmkd14.cost(
         (("masking", 8, 100), ("masking", 16, 100), ("paillier", 8, 50)),
         key_bits=512,
@@ -366,8 +387,149 @@ def test_reproduce_all_writes_every_experiment_and_the_report(tmp_path, monkeypa
         assert f"{experiment}:" in out
     assert (tmp_path / "bigdata18" / "checks.md").exists()
     assert "| claim | ours | verdict |" in report
+    assert "Balanced accuracy (majority-class baseline: label" in report  # kdd18's second table
     # The papers' claims and privtd's own checks are counted apart (issue 34).
     assert "of the papers'" in report and "beyond-the-paper checks" in report
     # Every verdict is one of the three words, bold in the report.
     verdicts = {line.rsplit("|", 2)[-2].strip() for line in report.splitlines() if "**" in line}
     assert verdicts <= {"**reproduced**", "**in trend**", "**differs**"}
+
+
+# ------------------------------------------------ balanced accuracy beside the papers' metrics
+def _tiny(answer_codes: list[int], truth: list[str]):
+    """Six tasks answered alike by three workers (``answer_codes`` per task, 0 = "a", 1 = "b"),
+    with their true labels: a dataset as ``datasets.load`` returns it."""
+    from types import SimpleNamespace
+
+    from privtd import Answers
+
+    n_tasks, n_workers = len(answer_codes), 3
+    answers = Answers(
+        np.repeat(np.arange(n_tasks, dtype=np.int32), n_workers),
+        np.tile(np.arange(n_workers, dtype=np.int32), n_tasks),
+        np.repeat(np.array(answer_codes, np.int8), n_workers),
+        pd.Index([f"t{i}" for i in range(n_tasks)]),
+        pd.Index([f"w{i}" for i in range(n_workers)]),
+        pd.Index(["a", "b"]),
+    )
+    truth = pd.Series(truth, index=answers.tasks)
+    return SimpleNamespace(answers=answers, truth=truth)
+
+
+def test_balanced_accuracy_over_trials_is_evaluates_and_majority_labelling_scores_one_over_k():
+    from privtd import evaluate
+    from privtd.evaluation import balanced_accuracy, confusions
+
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 40)
+    codes = rng.integers(0, 3, (5, 40))
+    codes[0] = np.bincount(truth).argmax()  # trial 0 labels every task the majority class
+    got = balanced_accuracy(confusions(codes, truth, 3))
+    ref = pd.Series(truth)
+    want = [evaluate(pd.Series(row), ref)["balanced_accuracy"] for row in codes]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert got[0] == pytest.approx(1 / 3)
+
+
+def test_kdd18_majority_labelling_shows_balanced_accuracy_one_half(monkeypatch):
+    # Every answer "a", two of six truths "b": each method labels every task "a" before and
+    # after a release that flips nothing at epsilon 50, so error 2/6, balanced accuracy 1/2, and
+    # the majority-class baseline scores the same.
+    data = _tiny([0] * 6, list("aaaabb"))
+    monkeypatch.setattr(kdd18.datasets, "load", lambda name: data)
+    table, facts = kdd18.run("tiny", trials=2, epsilons=(50.0,), jobs=1)
+    assert facts["majority_baseline"] == {"label": "a", "error": 2 / 6, "balanced_accuracy": 0.5}
+    assert facts["clean_balanced_accuracy"] == dict.fromkeys(kdd18.BACC_METHODS, 0.5)
+    row = table.iloc[0]
+    assert row["majority_error"] == pytest.approx(2 / 6) and row["majority_bacc"] == 0.5
+    for mech in kdd18.MECHANISMS:
+        for name in kdd18.BACC_METHODS:
+            assert row[f"{mech}_{name}"] == 0.0  # the paper's error-rate change: none
+            assert row[f"{mech}_{name}_bacc"] == 0.5, (mech, name)
+            assert row[f"{mech}_{name}_bacc_se"] == 0.0
+    shown = kdd18.balanced_summary(table)
+    assert list(shown.columns) == ["mechanism", "epsilon", *kdd18.BACC_METHODS, "majority"]
+    assert list(shown.mechanism) == ["none (clean)", "one-layer", "two-layer"]
+    assert (shown[list(kdd18.BACC_METHODS)].to_numpy() == 0.5).all()
+
+
+def test_kdd18_balanced_accuracy_on_duchenne_is_evaluates():
+    from privtd import evaluate
+    from privtd.inference import MajorityVote
+
+    table, facts = kdd18.run("duchenne", trials=2, seed=1, epsilons=(1.0,), jobs=1)
+    data = datasets.load("duchenne")
+    clean = evaluate(MajorityVote().fit(data.answers).truths_, data.truth)
+    assert facts["clean_balanced_accuracy"]["mv"] == pytest.approx(clean["balanced_accuracy"])
+    assert facts["majority_baseline"]["error"] == pytest.approx(1 - clean["baseline_accuracy"])
+    assert table["clean_mv_bacc"].iloc[0] == facts["clean_balanced_accuracy"]["mv"]
+    for mech in kdd18.MECHANISMS:
+        assert 0.5 < table[f"{mech}_mv_bacc"].iloc[0] < 1
+
+
+def test_ladp_real_gives_balanced_accuracy_and_the_majority_baseline(monkeypatch):
+    from privtd.experiments import ladp
+
+    # Truths a,a,a,a,b,b; every worker answers "b" on the last task only, so every method
+    # labels a,a,a,a,a,b: error 1/6, recall 1 on "a" and 1/2 on "b", balanced accuracy 3/4;
+    # the majority class ("a"): error 2/6, balanced accuracy 1/2.
+    data = _tiny([0, 0, 0, 0, 0, 1], list("aaaabb"))
+    monkeypatch.setattr(ladp.datasets, "load", lambda name: data)
+    row = ladp.real(names=("tiny",), trials=2, epsilons=(20.0,)).iloc[0]
+    for name in ladp.METHODS:
+        assert row[name] == pytest.approx(1 / 6), name
+        assert row[f"{name}_bacc"] == pytest.approx(0.75), name
+    assert row["majority_error"] == pytest.approx(2 / 6) and row["majority_bacc"] == 0.5
+    codes = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]])
+    got = ladp.scores(codes, np.array([0] * 4 + [1] * 2))
+    np.testing.assert_allclose(got["bacc"], [0.5, 1.0])
+    np.testing.assert_allclose(got["majority"], [2 / 6, 0.5])
+
+
+def test_ladp_synthetic_table_has_balanced_accuracy():
+    from privtd.experiments import ladp
+
+    table, _ = ladp.run(trials=2, seed=1, epsilons=(4.0,), users=(20,), tasks=200)
+    for name in ladp.METHODS:
+        assert {f"{name}_bacc", f"{name}_bacc_se"} <= set(table.columns)
+        # Near-perfect truths at epsilon 4 on the uniform crowd: balanced accuracy near 1 - error.
+    uniform = table[table.setting == "uniform"].iloc[0]
+    assert uniform["private_ds_bacc"] == pytest.approx(1 - uniform["private_ds"], abs=0.02)
+    assert (table.majority_bacc == 0.5).all() and (table.majority_error <= 0.5).all()
+
+
+def test_dmkd14_gives_balanced_accuracy_and_the_baseline(monkeypatch):
+    from privtd.experiments import dmkd14
+
+    data = _tiny([0, 0, 0, 0, 0, 1], list("aaaabb"))
+    monkeypatch.setattr(dmkd14.datasets, "load", lambda name: (data.answers, data.truth))
+    monkeypatch.setattr(dmkd14, "DATASETS", {"tiny": ("binary", None)})
+    row = dmkd14.accuracy().iloc[0]
+    assert row["plain"] == row["secure"] == pytest.approx(5 / 6)
+    assert row["plain_bacc"] == row["secure_bacc"] == pytest.approx(0.75)
+    assert row["baseline"] == pytest.approx(4 / 6) and row["baseline_bacc"] == 0.5
+
+
+def test_bigdata18_real_states_the_median_baseline(monkeypatch):
+    from types import SimpleNamespace
+
+    from privtd import Answers
+    from privtd.experiments import bigdata18
+
+    # Eight tasks on a 1..3 scale, four workers each answering the code its row gives.
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 3, (8, 4))
+    answers = Answers(
+        np.repeat(np.arange(8, dtype=np.int32), 4),
+        np.tile(np.arange(4, dtype=np.int32), 8),
+        codes.ravel().astype(np.int8),
+        pd.Index([f"t{i}" for i in range(8)]),
+        pd.Index([f"w{i}" for i in range(4)]),
+        pd.Index([1, 2, 3]),
+    )
+    truth = pd.Series([1.0, 2, 3, 3, 2, 1, 3, 3], index=answers.tasks)
+    data = SimpleNamespace(answers=answers, truth=truth)
+    monkeypatch.setattr(bigdata18.datasets, "load", lambda name: data)
+    row = bigdata18.real(names=("tiny",), trials=2, epsilons=(5.0,), d=2).iloc[0]
+    median = float(np.median(codes + 1))
+    assert row["baseline_mae"] == pytest.approx(np.abs(median - truth.to_numpy()).mean())

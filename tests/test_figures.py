@@ -31,14 +31,18 @@ def _close_figures():
     plt.close("all")
 
 
-def _kdd18_table(epsilons=kdd18.EPSILONS) -> pd.DataFrame:
-    """A table shaped as kdd18.run's, with made-up values (seeded)."""
+def _kdd18_table(epsilons=kdd18.EPSILONS, balanced=False) -> pd.DataFrame:
+    """A table shaped as kdd18.run's, with made-up values (seeded); ``balanced``: with the
+    balanced-accuracy columns too."""
     rng = np.random.default_rng(0)
     names = ["mv", "td", "crh", "aware", "aware_vs_td", "aware_minus_td"]
     names += ["aware_ds", "aware_ds_vs_td", "aware_ds_minus_td"]
+    names += [f"{n}_bacc" for n in kdd18.BACC_METHODS] if balanced else []
     row_names = [f"{m}_{n}{se}" for m in kdd18.MECHANISMS for n in names for se in ("", "_se")]
     table = pd.DataFrame(rng.uniform(0, 0.3, (len(epsilons), len(row_names))), columns=row_names)
     table.insert(0, "epsilon", list(epsilons))
+    if balanced:
+        table["majority_bacc"] = 0.5
     return table
 
 
@@ -47,11 +51,11 @@ def _tick_positions(ax, values):
 
 
 def test_epsilon_zero_and_small_values_are_apart_and_every_figure_has_a_title():
-    table = _kdd18_table()
+    table = _kdd18_table(balanced=True)
     fig2 = kdd18.weights_before_after("duchenne", epsilon=0.5, seed=0)
     dist = kdd18.error_change_distribution(samples=2000, seed=0)
     figures = kdd18.figure_set(table, fig2, dist, "duchenne", "2 trials, seed 0")
-    assert set(figures) == {"table.png", "figure2.png", "error_change.png"}
+    assert set(figures) == {"table.png", "figure2.png", "error_change.png", "balanced_accuracy.png"}
     for name, fig in figures.items():
         assert fig._suptitle is not None and fig._suptitle.get_text(), name
     assert "duchenne" in figures["table.png"]._suptitle.get_text()

@@ -122,7 +122,7 @@ def _label_scores(inferred: np.ndarray, ref: pd.Series) -> dict[str, Any]:
     t = np.fromiter((codes[x] for x in truth), dtype=np.int64, count=truth.size)
     p = np.fromiter((codes[x] for x in inferred), dtype=np.int64, count=inferred.size)
     k = len(labels)
-    confusion = np.bincount(t * k + p, minlength=k * k).reshape(k, k)
+    confusion = confusions(p, t, k)
     support, predicted, right = confusion.sum(axis=1), confusion.sum(axis=0), np.diag(confusion)
     present = support > 0  # the classes the reference has
     recall = right[present] / support[present]
@@ -132,7 +132,7 @@ def _label_scores(inferred: np.ndarray, ref: pd.Series) -> dict[str, Any]:
     accuracy = float(right.sum() / t.size)
     majority = int(np.argmax(support))
     baseline_accuracy = float(support[majority] / t.size)
-    balanced = float(recall.mean())
+    balanced = float(balanced_accuracy(confusion))
     chance = 1.0 / int(present.sum())
     return {
         "accuracy": accuracy,
@@ -155,6 +155,30 @@ def _label_scores(inferred: np.ndarray, ref: pd.Series) -> dict[str, Any]:
             if present[i]
         },
     }
+
+
+def confusions(predicted: np.ndarray, truth: np.ndarray, n_labels: int) -> np.ndarray:
+    """Confusion counts of integer-coded labels, reference codes as rows and inferred codes as
+    columns. ``predicted`` may carry leading axes (one row of codes per trial, say) against one
+    ``truth``: one ``n_labels x n_labels`` matrix per leading index, from one ``bincount``."""
+    predicted = np.asarray(predicted, dtype=np.int64)
+    truth = np.asarray(truth, dtype=np.int64)
+    lead = predicted.shape[:-1]
+    rows = predicted.reshape(-1, predicted.shape[-1])
+    k = n_labels
+    cells = (np.arange(rows.shape[0])[:, None] * k + truth[None, :]) * k + rows
+    counts = np.bincount(cells.ravel(), minlength=rows.shape[0] * k * k)
+    return counts.reshape(*lead, k, k)
+
+
+def balanced_accuracy(confusion: np.ndarray) -> np.ndarray:
+    """The mean, over the classes the reference has (rows with a count), of each class's recall,
+    for each confusion matrix in the last two axes of ``confusion`` (see :func:`confusions`)."""
+    support = confusion.sum(axis=-1)
+    right = np.diagonal(confusion, axis1=-2, axis2=-1)
+    present = support > 0
+    recall = np.divide(right, support, out=np.zeros(right.shape), where=present)
+    return recall.sum(axis=-1) / present.sum(axis=-1)
 
 
 def _ordered_labels(ref: pd.Series, inferred: np.ndarray) -> list[str]:

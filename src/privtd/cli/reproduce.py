@@ -108,6 +108,9 @@ def reproduce(
             progress=bar.update,
         )
     click.echo(report.markdown_table(outcome.shown))
+    for title, table in outcome.more:
+        click.echo(f"{title}:\n")
+        click.echo(report.markdown_table(table))
     for check in outcome.checks:
         click.echo(f"[{check['verdict']}] {check['claim']}: {check['ours']}")
     written = ", ".join(dict.fromkeys(str(p) for p in outcome.written))

@@ -205,7 +205,9 @@ def real(
 ) -> pd.DataFrame:
     """Figs 4-5 stand-ins on the bundled Web and AdultContent (their score domains: 1..5 and
     0..3); answers are treated as numbers, as P3 does. The two-layer figures are those of a
-    worker's row over all of the dataset's tasks."""
+    worker's row over all of the dataset's tasks. ``baseline_mae``: the MAE against the truth of
+    one number for every task, the median of the original answers (the trivial baseline; a
+    method does no better than it where ``mae_original`` plus its change exceeds it)."""
     rows = []
     root = np.random.SeedSequence(seed)
     cells = [(n, e) for n in names for e in epsilons]
@@ -250,6 +252,7 @@ def real(
             row[col] = float(frame[col].mean())
             if col in COLUMNS:
                 row[f"{col}_se"] = float(frame[col].std(ddof=1) / math.sqrt(trials))
+        row["baseline_mae"] = float(np.abs(np.median(values) - truth).mean())
         rows.append(row)
     return pd.DataFrame(rows)
 

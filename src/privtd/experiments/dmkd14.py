@@ -5,6 +5,10 @@ check (a) that the approximation inside the secure computation, our fixed-point 
 not hurt accuracy, and (b) that the cryptographic overhead is practical. ``accuracy`` runs the
 secure EM and the plain EM on bundled datasets of each model; ``cost`` measures one EM iteration
 on synthetic crowds of growing size.
+
+Beside P2's metric each row gives the trivial baseline, scored by :func:`privtd.evaluate`: for
+labels, balanced accuracy (the mean of the per-class recalls) and the majority class's accuracy
+and balanced accuracy; for numbers, the MAE of the median of the answers.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pandas as pd
 
 from .. import datasets
 from ..errors import ConvergenceWarning
+from ..evaluation import evaluate
 from ..inference import DawidSkene, LatentClass, Raykar
 
 #: dataset -> (model, public answer range or None)
@@ -46,6 +51,28 @@ def _score(truths: pd.Series, gold: pd.Series, model: str) -> float:
     return float((truths[gold.index].to_numpy() == gold.to_numpy()).mean())
 
 
+def _beside(plain: Any, secure: Any, gold: pd.Series, answers: Any, model: str) -> dict[str, Any]:
+    """Balanced accuracy of both fits and the baseline's score, for the row beside P2's metric:
+    the majority class (accuracy, balanced accuracy), or the median of the answers (MAE)."""
+    if model == "real":
+        m = evaluate(plain.truths_, gold, kind="numeric", answers=answers)
+        nan = float("nan")
+        return {
+            "plain_bacc": nan,
+            "secure_bacc": nan,
+            "baseline": m["baseline_mae"],
+            "baseline_bacc": nan,
+        }
+    m = evaluate(plain.truths_, gold, kind="categorical")
+    s = evaluate(secure.truths_, gold, kind="categorical")
+    return {
+        "plain_bacc": m["balanced_accuracy"],
+        "secure_bacc": s["balanced_accuracy"],
+        "baseline": m["baseline_accuracy"],
+        "baseline_bacc": m["baseline_balanced_accuracy"],
+    }
+
+
 def agreement(secure: Any, plain: Any, model: str) -> tuple[float, float]:
     """Share of tasks with the same truth (within 1e-6 for real answers), and the largest
     difference of a posterior (a truth, for real answers) between a secure and a plain fit."""
@@ -62,7 +89,9 @@ def accuracy(
     progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
     """Plain against secure EM per dataset: score against gold (accuracy, or MAE for the real
-    model), agreement, largest posterior (or truth) difference, iterations, time, bytes."""
+    model), balanced accuracy and the trivial baseline's score (``baseline``: the majority
+    class's accuracy, or the MAE of the median of the answers; ``baseline_bacc``), agreement,
+    largest posterior (or truth) difference, iterations, time, bytes."""
     from ..secure import SecureEM
 
     rows = []
@@ -88,6 +117,7 @@ def accuracy(
                 "metric": "mae" if model == "real" else "accuracy",
                 "plain": _score(plain.truths_, gold, model),
                 "secure": _score(secure.truths_, gold, model),
+                **_beside(plain, secure, gold, answers, model),
                 "same_truths": same,
                 "max_difference": diff,
                 "iterations_plain": plain.n_iter_,

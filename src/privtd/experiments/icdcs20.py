@@ -190,7 +190,10 @@ def real(
     perturbation-aware estimator's MAE against the truth on the same perturbed answers; and what
     a worker gets under one variance draw: one report given its other reports
     (``given_others``) and its whole release (``release``) at the median worker's report count,
-    and the largest worker's release (``release_largest``)."""
+    and the largest worker's release (``release_largest``). Beside the MAEs against the truth,
+    the trivial baseline's: one number for every task, the median of the original answers
+    (``baseline_mae``) and of the perturbed ones (``baseline_mae_perturbed``), the guess a
+    requester can make without any model."""
     data = datasets.load(dataset)
     answers = data.answers
     counts = answers.worker_counts()
@@ -203,7 +206,7 @@ def real(
     root = np.random.SeedSequence(seed)
     for eps, cell_seed in zip(epsilons, root.spawn(len(epsilons)), strict=True):
         mech = ExpGaussian.from_epsilon(eps, low, high)
-        mae, noise, mae_truth, mae_truth_aware = [], [], [], []
+        mae, noise, mae_truth, mae_truth_aware, median_mae = [], [], [], [], []
         for s in cell_seed.spawn(trials):
             perturbed = mech.perturb(answers, rng=np.random.default_rng(s))
             after = _fit(CRH, perturbed)
@@ -212,6 +215,7 @@ def real(
             noise.append(np.abs(perturbed.value - answers.value).mean())
             mae_truth.append(np.abs(after[gold] - truth).mean())
             mae_truth_aware.append(np.abs(aware[gold] - truth).mean())
+            median_mae.append(np.abs(np.median(perturbed.value) - truth).mean())
         rows.append(
             {
                 "dataset": dataset,
@@ -229,6 +233,8 @@ def real(
                 "mae_vs_truth_aware_se": float(
                     np.std(mae_truth_aware, ddof=1) / math.sqrt(len(mae_truth_aware))
                 ),
+                "baseline_mae": float(np.abs(np.median(answers.value) - truth).mean()),
+                "baseline_mae_perturbed": float(np.mean(median_mae)),
             }
         )
     return pd.DataFrame(rows)

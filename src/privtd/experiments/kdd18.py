@@ -9,6 +9,13 @@ averaged over trials; ``aware_vs_td`` and ``aware_ds_vs_td`` are an aware model'
 answers minus TD's on the original ones, which compares it with TD on the perturbed answers alone,
 and ``aware_minus_td`` and ``aware_ds_minus_td`` its error minus TD's on the same release, whose
 standard error is the paired one: it says whether the two differ beyond the trials' noise.
+
+An error rate on skewed classes can look good by labelling most tasks the majority class, so
+beside the paper's metric each method's balanced accuracy (the mean of the per-class recalls)
+on the perturbed answers (``{mechanism}_{method}_bacc``) and on the original ones
+(``clean_{method}_bacc``) is reported, with the majority-class baseline: the error and the
+balanced accuracy of labelling every task the gold's majority class (``majority_error``,
+``majority_bacc``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import pandas as pd
 from .. import datasets
 from ..answers import Answers
 from ..errors import ConvergenceWarning, ValidationError
+from ..evaluation import balanced_accuracy, confusions
 from ..inference import (
     CRH,
     AwareDawidSkene,
@@ -70,6 +78,24 @@ PAPER_TABLE3 = {
 def _error(est: Estimator, gold_index: np.ndarray, gold_codes: np.ndarray) -> float:
     # Code-level comparison: no pandas inside the trial loop.
     return float((est._truth_codes[gold_index] != gold_codes).mean())
+
+
+def _bacc(codes: np.ndarray, gold_codes: np.ndarray, n_labels: int = 2) -> np.ndarray:
+    """Balanced accuracy of each row of inferred codes (one per trial) against the gold codes,
+    with privtd.evaluate's definition, from one bincount over every trial."""
+    return balanced_accuracy(confusions(codes, gold_codes, n_labels))
+
+
+def majority_baseline(gold_codes: np.ndarray, n_labels: int = 2) -> dict[str, Any]:
+    """Error and balanced accuracy of labelling every gold task the gold's majority class (the
+    first such code on a tie): what an estimator that ignores the answers scores."""
+    majority = int(np.argmax(np.bincount(gold_codes, minlength=n_labels)))
+    constant = np.full(gold_codes.shape, majority)
+    return {
+        "code": majority,
+        "error": float((constant != gold_codes).mean()),
+        "balanced_accuracy": float(_bacc(constant, gold_codes, n_labels)),
+    }
 
 
 def _reversed(answers: Answers) -> Answers:
@@ -116,7 +142,8 @@ def _cell(
     gold_codes: np.ndarray,
     clean: dict[str, float],
 ) -> dict[str, np.ndarray]:
-    """Error-rate changes over the trials of one (epsilon, mechanism) cell of the table."""
+    """Error-rate changes over the trials of one (epsilon, mechanism) cell of the table, and
+    each method's balanced accuracy on the release (``{method}_bacc``)."""
     # P0's Table 3 has an epsilon-0 row, where one-layer's answers are pure noise: on purpose.
     mech = MECHANISMS[mech_name].from_epsilon(eps, allow_uninformative=True)
     perturbed = mech.perturb(stacked, rng=np.random.default_rng(seed))
@@ -124,6 +151,7 @@ def _cell(
     block_gold = (np.arange(trials)[:, None] * n_t + gold_index[None, :]).ravel()
     codes = MajorityVote().fit(perturbed)._truth_codes[block_gold].reshape(trials, -1)
     changes = {"mv": (codes != gold_codes[None, :]).mean(axis=1) - clean["mv"]}
+    changes["mv_bacc"] = _bacc(codes, gold_codes)
     # The weighted vote iterates to a fixed point and CRH normalises weights globally, so each
     # trial is fitted on its own (a stacked fit would run every block as long as the slowest).
     makers: dict[str, Callable[[], Estimator]] = {
@@ -139,18 +167,18 @@ def _cell(
             # Near epsilon 0 two-layer reports barely fix the labels' orientation and EM can
             # creep for its 100 iterations; the trial's answer is what it reached by then.
             warnings.simplefilter("ignore", ConvergenceWarning)
-            errors = np.array(
+            codes = np.stack(
                 [
-                    _error(
-                        make().fit(answers.with_values(perturbed.value[k * n : (k + 1) * n])),
-                        gold_index,
-                        gold_codes,
-                    )
+                    make()
+                    .fit(answers.with_values(perturbed.value[k * n : (k + 1) * n]))
+                    ._truth_codes[gold_index]
                     for k in range(trials)
                 ]
             )
+        errors = (codes != gold_codes[None, :]).mean(axis=1)
         errors_of[name] = errors
         changes[name] = errors - clean[name]
+        changes[f"{name}_bacc"] = _bacc(codes, gold_codes)
         if name.startswith("aware"):
             changes[f"{name}_vs_td"] = errors - clean["td"]
             changes[f"{name}_minus_td"] = errors - errors_of["td"]
@@ -213,11 +241,15 @@ def run(
         labels.reverse()
     gold_index = answers.encode_tasks(truth.index, "truth")
     gold_codes = answers.encode_labels(pd.Index(truth.to_numpy()), "truth")
-    clean = {
-        name: _error(make().fit(answers), gold_index, gold_codes) for name, make in METHODS.items()
+    clean_fits: dict[str, Estimator] = {name: make().fit(answers) for name, make in METHODS.items()}
+    clean_fits["aware"] = AwareOneCoin().fit(answers)
+    clean_fits["aware_ds"] = AwareDawidSkene().fit(answers)
+    clean = {name: _error(est, gold_index, gold_codes) for name, est in clean_fits.items()}
+    clean_bacc = {
+        name: float(_bacc(est._truth_codes[gold_index], gold_codes))
+        for name, est in clean_fits.items()
     }
-    clean["aware"] = _error(AwareOneCoin().fit(answers), gold_index, gold_codes)
-    clean["aware_ds"] = _error(AwareDawidSkene().fit(answers), gold_index, gold_codes)
+    majority = majority_baseline(gold_codes)
     start = time.perf_counter()
     stacked = _stack(answers, trials)  # coded once; every trial is a block of it
     cells = [(eps, mech) for eps in epsilons for mech in MECHANISMS]
@@ -252,6 +284,10 @@ def run(
     rows = []
     for eps in epsilons:
         row: dict[str, float] = {"epsilon": eps}
+        # The same in every row, so that table.csv alone says what the columns are up against.
+        row["majority_error"] = majority["error"]
+        row["majority_bacc"] = majority["balanced_accuracy"]
+        row |= {f"clean_{name}_bacc": value for name, value in clean_bacc.items()}
         for mech in MECHANISMS:
             for name, values in results[(eps, mech)].items():
                 row[f"{mech}_{name}"] = float(values.mean())
@@ -274,6 +310,12 @@ def run(
         "and release that worker's whole release (release_largest: the largest worker's), per "
         "worker, under one draw (docs/privacy.md)",
         "clean_error": clean,
+        "clean_balanced_accuracy": clean_bacc,
+        "majority_baseline": {
+            "label": labels[int(majority["code"])],
+            "error": majority["error"],
+            "balanced_accuracy": majority["balanced_accuracy"],
+        },
         "n_truths": int(gold_index.size),
         "seconds": round(time.perf_counter() - start, 2),
         "jobs": jobs,
@@ -307,6 +349,38 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                     if f"{mech}_release" in table
                     else {}
                 ),
+            }
+        )
+        for mech in MECHANISMS
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+BACC_METHODS = ("mv", "td", "crh", "aware", "aware_ds")
+
+
+def balanced_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Beside :func:`summary`, as ``privtd reproduce kdd18`` prints it: each method's balanced
+    accuracy on the original answers (the ``clean`` row) and on the releases (mean over trials),
+    and the majority-class baseline's, whose error is ``majority_error`` in ``table.csv``. A
+    method whose error looks good but whose balanced accuracy sits near the baseline is
+    labelling most tasks the majority class."""
+    first = table.iloc[0]
+    clean = pd.DataFrame(
+        {
+            "mechanism": ["none (clean)"],
+            "epsilon": [""],
+            **{name: [first[f"clean_{name}_bacc"]] for name in BACC_METHODS},
+            "majority": [first["majority_bacc"]],
+        }
+    )
+    parts = [clean] + [
+        pd.DataFrame(
+            {
+                "mechanism": mech.replace("_", "-"),
+                "epsilon": table["epsilon"],
+                **{name: table[f"{mech}_{name}_bacc"] for name in BACC_METHODS},
+                "majority": table["majority_bacc"],
             }
         )
         for mech in MECHANISMS
@@ -467,6 +541,28 @@ def figure_set(
             f"models against TD's clean error ({setting})",
         )
     }
+    if "one_layer_mv_bacc" in table:
+        shown = {"mv": "mv", "td": "td", "crh": "crh", "aware": "aware-one-coin"}
+        shown["aware_ds"] = "aware-ds"
+        panels.clear()
+        for prefix in MECHANISMS:
+            panel = pd.DataFrame(
+                {"mechanism": prefix.replace("_", "-"), "epsilon": table["epsilon"]}
+            )
+            for col, name in shown.items():
+                panel[name] = table[f"{prefix}_{col}_bacc"]
+                panel[f"{name}_se"] = table[f"{prefix}_{col}_bacc_se"]
+            panel["majority class"] = table["majority_bacc"]
+            panels.append(panel)
+        made["balanced_accuracy.png"] = panels_figure(
+            pd.concat(panels),
+            ["mechanism"],
+            "epsilon",
+            [*shown.values(), "majority class"],
+            "balanced accuracy",
+            f"Beside P0 Table 3 on {dataset}: balanced accuracy on the releases, against "
+            f"labelling every task the majority class ({setting})",
+        )
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
     x = np.arange(len(fig2))

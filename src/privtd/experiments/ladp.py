@@ -5,6 +5,11 @@ datasets: every user answers every task, perturbs each answer with binary random
 at epsilon, and the server runs private majority vote (ties count as 1, P4 Eq. 33) or private
 Dawid-Skene (P4 Algorithm 1). Beside them, privtd's perturbation-aware models told the mechanism:
 one-coin (``aware``) and Dawid-Skene (``aware_ds``).
+
+Beside each error rate (P4's metric), the method's balanced accuracy (``{method}_bacc``: the mean
+of the per-class recalls) and the majority-class baseline: the error and balanced accuracy of
+labelling every task the truths' majority class (``majority_error``, ``majority_bacc``), which a
+low error on skewed classes may owe more to than to the answers.
 """
 
 from __future__ import annotations
@@ -21,11 +26,25 @@ import pandas as pd
 from .. import datasets
 from ..answers import Answers
 from ..errors import ConvergenceWarning, ValidationError
+from ..evaluation import balanced_accuracy, confusions
 from ..inference import AwareDawidSkene, AwareOneCoin, PrivateDawidSkene
 from ..mechanisms import BinaryRR
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 THEOREM4_EPSILON = math.log(85 / 15)  # private MV provably worse above this (P4 Theorem 4)
+#: The columns scored per trial, in order: each method's error and balanced accuracy.
+METHODS = ("private_mv", "private_ds", "aware", "aware_ds")
+
+
+def scores(codes: np.ndarray, truth: np.ndarray) -> dict[str, np.ndarray]:
+    """Error rate and balanced accuracy (privtd.evaluate's) of each row of binary codes against
+    the true codes, and those of the majority-class baseline (labelling every task the truths'
+    majority class, the first on a tie), from one bincount."""
+    majority = int(np.argmax(np.bincount(truth, minlength=2)))
+    rows = np.vstack([codes, np.full((1, truth.size), majority)])
+    bacc = balanced_accuracy(confusions(rows, truth, 2))
+    error = (rows != truth[None, :]).mean(axis=1)
+    return {"error": error[:-1], "bacc": bacc[:-1], "majority": np.r_[error[-1], bacc[-1]]}
 
 
 def expert_spammer_abilities(n: int, delta: float = 0.4) -> np.ndarray:
@@ -51,9 +70,10 @@ def _aware_codes(mech: BinaryRR, perturbed: Answers) -> tuple[np.ndarray, np.nda
         )
 
 
-def _trial(
-    abilities: np.ndarray, m: int, eps: float, seed: np.random.SeedSequence
-) -> tuple[float, float, float, float, float]:
+def _trial(abilities: np.ndarray, m: int, eps: float, seed: np.random.SeedSequence) -> np.ndarray:
+    """Errors of private MV, private DS, private DS's ability error, the aware models' errors;
+    then the four methods' balanced accuracies, and the majority class's error and balanced
+    accuracy."""
     rng = np.random.default_rng(seed)
     answers, truth, _ = datasets.make_categorical(
         m, abilities.size, 2, answers_per_task=None, accuracy=abilities, rng=rng
@@ -67,13 +87,9 @@ def _trial(
         pds.fit(perturbed)
     ability_error = float(np.abs(pds.weights_["ability_rescaled"].to_numpy() - abilities).max())
     aware, aware_ds = _aware_codes(mech, perturbed)
-    return (
-        float((private_majority(perturbed) != y).mean()),
-        float((pds._truth_codes != y).mean()),
-        ability_error,
-        float((aware != y).mean()),
-        float((aware_ds != y).mean()),
-    )
+    got = scores(np.vstack([private_majority(perturbed), pds._truth_codes, aware, aware_ds]), y)
+    error = got["error"]
+    return np.r_[error[:2], ability_error, error[2:], got["bacc"], got["majority"]]
 
 
 def run(
@@ -117,6 +133,16 @@ def run(
                 "aware_ds_se": se[4],
                 "ability_error": out[:, 2].mean(),
                 "theorem3_bound": 6 * math.sqrt(math.log(tasks) / (tasks * eps**2)),
+                **{
+                    key: value
+                    for i, name in enumerate(METHODS)
+                    for key, value in (
+                        (f"{name}_bacc", out[:, 5 + i].mean()),
+                        (f"{name}_bacc_se", se[5 + i]),
+                    )
+                },
+                "majority_error": out[:, 9].mean(),
+                "majority_bacc": out[:, 10].mean(),
             }
         )
         if progress is not None:
@@ -139,8 +165,8 @@ def real(
     seed: int = 0,
     epsilons: tuple[float, ...] = EPSILONS,
 ) -> pd.DataFrame:
-    """Private MV, private DS and the aware model on the binary real datasets (error against
-    the truth)."""
+    """Private MV, private DS and the aware models on the binary real datasets: error against
+    the truth (P4's metric), and beside it balanced accuracy and the majority-class baseline."""
     rows = []
     root = np.random.SeedSequence(seed)
     cells = [(name, e) for name in names for e in epsilons]
@@ -148,32 +174,28 @@ def real(
         data = datasets.load(name)
         gold = data.answers.encode_tasks(data.truth.index, "truth")
         y = data.answers.encode_labels(pd.Index(data.truth.to_numpy()), "truth")
-        mv_err, ds_err, aware_err, aware_ds_err = [], [], [], []
         mech = BinaryRR.from_epsilon(eps)
+        codes = []  # per trial, one row of gold-task codes per method, in METHODS' order
         for s in cell_seed.spawn(trials):
             perturbed = mech.perturb(data.answers, rng=np.random.default_rng(s))
-            mv_err.append((private_majority(perturbed)[gold] != y).mean())
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                codes = PrivateDawidSkene(epsilon=eps).fit(perturbed)._truth_codes
-            ds_err.append((codes[gold] != y).mean())
+                ds = PrivateDawidSkene(epsilon=eps).fit(perturbed)._truth_codes
             aware, aware_ds = _aware_codes(mech, perturbed)
-            aware_err.append((aware[gold] != y).mean())
-            aware_ds_err.append((aware_ds[gold] != y).mean())
-        rows.append(
-            {
-                "dataset": name,
-                "epsilon": eps,
-                "private_mv": float(np.mean(mv_err)),
-                "private_mv_se": float(np.std(mv_err, ddof=1) / math.sqrt(trials)),
-                "private_ds": float(np.mean(ds_err)),
-                "private_ds_se": float(np.std(ds_err, ddof=1) / math.sqrt(trials)),
-                "aware": float(np.mean(aware_err)),
-                "aware_se": float(np.std(aware_err, ddof=1) / math.sqrt(trials)),
-                "aware_ds": float(np.mean(aware_ds_err)),
-                "aware_ds_se": float(np.std(aware_ds_err, ddof=1) / math.sqrt(trials)),
-            }
-        )
+            codes.append(np.vstack([private_majority(perturbed), ds, aware, aware_ds])[:, gold])
+        # trials x methods rows scored at once: row t * len(METHODS) + j is trial t, method j.
+        got = scores(np.concatenate(codes), np.asarray(y))
+        error = got["error"].reshape(trials, len(METHODS))
+        bacc = got["bacc"].reshape(trials, len(METHODS))
+        row: dict[str, Any] = {"dataset": name, "epsilon": eps}
+        for j, method in enumerate(METHODS):
+            row[method] = float(error[:, j].mean())
+            row[f"{method}_se"] = float(error[:, j].std(ddof=1) / math.sqrt(trials))
+        for j, method in enumerate(METHODS):
+            row[f"{method}_bacc"] = float(bacc[:, j].mean())
+            row[f"{method}_bacc_se"] = float(bacc[:, j].std(ddof=1) / math.sqrt(trials))
+        row["majority_error"], row["majority_bacc"] = (float(v) for v in got["majority"])
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -35,6 +35,9 @@ class Outcome:
     shown: pd.DataFrame
     written: list[Path] = field(default_factory=list)
     checks: list[checks.Check] = field(default_factory=list)
+    #: Tables printed after ``shown``, each under its title (balanced accuracy beside the
+    #: paper's error metric, where the main table has no room for it).
+    more: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
 
 
 def _note_figures(facts: dict[str, Any]) -> None:
@@ -117,6 +120,7 @@ def run(
     written = report.write(out, table, facts, f"{experiment}: {subject}")
     setting = f"{trials} trials, seed {seed}"
     found: list[checks.Check] = []
+    more: list[tuple[str, pd.DataFrame]] = []
     if experiment == "kdd18":
         vs_paper = kdd18.compare_with_paper(table) if dataset == "duchenne" else None
         if vs_paper is not None:
@@ -130,6 +134,14 @@ def run(
         )
         written += kdd18.figures(out, table, fig2, dist, dataset=subject, setting=setting)
         shown = kdd18.summary(table)
+        balanced = kdd18.balanced_summary(table)
+        majority = facts["majority_baseline"]
+        title = (
+            f"Balanced accuracy (majority-class baseline: label {majority['label']}, error "
+            f"{majority['error']:.4f}, balanced accuracy {majority['balanced_accuracy']:.4f})"
+        )
+        written += report.write(out, balanced, facts, title, "balanced")
+        more.append((title, balanced))
         found = checks.kdd18(table, vs_paper)
     elif experiment == "bigdata18":
         real = (
@@ -157,7 +169,7 @@ def run(
     if found:
         atomic_write_text(out / "checks.md", f"# {experiment}: checks\n\n" + checks.markdown(found))
         written.append(out / "checks.md")
-    return Outcome(experiment, facts, shown, list(dict.fromkeys(written)), found)
+    return Outcome(experiment, facts, shown, list(dict.fromkeys(written)), found, more)
 
 
 def run_all(
@@ -206,4 +218,6 @@ def _report(outcomes: list[Outcome], out: Path, seconds: float) -> str:
         if o.checks:
             lines += [checks.markdown(o.checks)]
         lines += [report.markdown_table(o.shown)]
+        for title, table in o.more:
+            lines += [f"{title}:", "", report.markdown_table(table)]
     return "\n".join(lines) + "\n"
