@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Mapping
@@ -296,6 +297,9 @@ class Worker:
         self.timeout = timeout
         self._campaign: dict[str, Any] | None = None
         self.ceiling = Ceiling.for_state(self.path, ledger or self.state.get("ledger"))
+        #: Set by :meth:`enrol` and :meth:`recover` only, never written to the state file: a
+        #: code kept beside the token would be lost (or stolen) with it.
+        self.recovery_code: str | None = None
 
     # ---------------------------------------------------------------- enrolment
     @staticmethod
@@ -353,7 +357,62 @@ class Worker:
             ),
             private=True,  # it holds the worker's token
         )
-        return cls(path, ledger=ceiling.path, **kwargs)
+        worker = cls(path, ledger=ceiling.path, **kwargs)
+        worker.recovery_code = body.get("recovery_code")
+        return worker
+
+    @classmethod
+    def recover(
+        cls,
+        url: str,
+        campaign_id: str,
+        code: str,
+        state: str | os.PathLike[str],
+        *,
+        ledger: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> Worker:
+        """The worker whose state file was lost, from the recovery ``code`` shown at enrolment:
+        a new state file with a fresh token of the same worker and what it has spent, which
+        carries over (the server's count, and the ledger's if that is higher). The code works
+        once: the new one is in the returned worker's ``recovery_code``."""
+        path = Path(state)
+        if path.exists():
+            raise ValidationError(f"{path} already holds a worker's state; pick another file.")
+        base = url.rstrip("/")
+        campaign = _request("GET", f"{base}/campaigns/{campaign_id}", None, None)
+        # The new token and next code are made here, so a retry (the answer lost) sends the
+        # same request and reads the same outcome: the code sent works once.
+        token, following = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        sent = {"code": code, "token": token, "next_code": following}
+        body = _request("POST", f"{base}/campaigns/{campaign_id}/recovery", None, sent)
+        ceiling = Ceiling.for_state(path, ledger)
+        key = f"{base} {campaign_id} {body['worker_id']}"
+        # What this worker spent counts as spent whichever copy remembers more: the server's,
+        # or this ledger's (a release the server refused still left the device).
+        spent = max(float(body["spent_epsilon"]), float(ceiling.spent.get(key, 0.0)))
+        atomic_write_text(
+            path,
+            json.dumps(
+                {
+                    "url": base,
+                    "campaign_id": campaign_id,
+                    "name": body["name"],
+                    "worker_id": body["worker_id"],
+                    "token": token,
+                    "budget": campaign["budget"],
+                    "spent_epsilon": spent,
+                    "pending": None,
+                    "ledger": str(ceiling.path),
+                },
+                indent=1,
+            ),
+            private=True,
+        )
+        ceiling.record(key, spent)
+        worker = cls(path, ledger=ceiling.path, **kwargs)
+        worker.recovery_code = following
+        return worker
 
     # ---------------------------------------------------------------- reading
     def campaign(self) -> dict[str, Any]:
@@ -536,10 +595,15 @@ class Requester:
         method: str | None = None,
         open_enrolment: bool = False,
         max_workers: int | None = None,
+        max_answers_per_worker: int | None = None,
+        workers_raise_ceiling: bool = False,
     ) -> dict[str, Any]:
         """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description.
         Workers enrol with codes from :meth:`issue_codes`; ``open_enrolment`` lets anyone enrol
-        (fake workers included: the description's ``warning`` says so)."""
+        (fake workers included: the description's ``warning`` says so). The server refuses a
+        campaign in which one worker can spend more than the workers' default lifetime ceiling
+        (:data:`DEFAULT_MAX_LIFETIME_EPSILON`), unless ``max_answers_per_worker`` caps what each
+        answers or ``workers_raise_ceiling`` says they will raise theirs."""
         body = {
             "name": name,
             "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
@@ -552,6 +616,11 @@ class Requester:
             "open_enrolment": open_enrolment,
             "max_workers": max_workers,
         }
+        # Sent only when used: a server from before these options refuses unknown fields.
+        if max_answers_per_worker is not None:
+            body["max_answers_per_worker"] = max_answers_per_worker
+        if workers_raise_ceiling:
+            body["workers_raise_ceiling"] = True
         # Not retried: a create whose answer was lost would make a second campaign.
         return dict(self._call("POST", "/campaigns", body, retries=0))
 

@@ -185,19 +185,29 @@ class EnrolOut(BaseModel):
 
 
 class RecoverIn(Strict):
-    code: Text = Field(min_length=1, max_length=200)
+    code: Text = Field(min_length=1, max_length=200, description="The recovery code.")
+    # Made by the worker's device, not the server, so that a retry of a request whose answer
+    # was lost sends the same body and reads the same outcome (a code works once).
+    token: Text = Field(
+        min_length=32, max_length=200, description="The worker's new token (random, 32+ chars)."
+    )
+    next_code: Text = Field(
+        min_length=32,
+        max_length=200,
+        description="The worker's next recovery code (random, 32+ chars), replacing 'code'.",
+    )
 
 
 class RecoverOut(BaseModel):
-    """A recovered worker: a fresh token and a fresh recovery code (the one sent no longer
-    works), and what it has spent, which recovery never resets."""
+    """A recovered worker: the same worker, with what it has spent (recovery never resets it);
+    its token and recovery code are now the ones the request sent."""
 
     worker_id: str
     name: str
-    token: str
-    recovery_code: str
     budget: float
     spent_epsilon: float
+    #: True for a retry of a recovery already done with the same body.
+    replayed: bool
 
 
 class RecoveryCodeOut(BaseModel):
@@ -798,11 +808,12 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
 
     @app.post("/campaigns/{campaign_id}/recovery", response_model=RecoverOut)
     def recover(campaign_id: str, body: RecoverIn, request: Request) -> RecoverOut:
-        """A fresh token for the worker whose recovery code is sent: the same worker (name,
-        reports, spent epsilon), never a fresh budget. The code works once: the answer carries
-        its replacement, and the worker's previous token stops working. Every wrong code gets
-        the same answer; past recovery.MAX_FAILURES of them in recovery.WINDOW_S seconds, a
-        client address is refused (429) whatever it sends."""
+        """Bind the worker whose recovery code is sent to the new token and next code the
+        request carries: the same worker (name, reports, spent epsilon), never a fresh budget.
+        The code works once, and the worker's previous token stops working. A retry with the
+        same body (its answer lost) is answered again. Every wrong code gets the same answer;
+        past recovery.MAX_FAILURES of them in recovery.WINDOW_S seconds, a client address is
+        refused (429) whatever it sends."""
         limit: recovery.FailureLimit = app.state.recovery_limit
         client = request.client.host if request.client else ""
         wait = limit.retry_after(client)
@@ -813,9 +824,11 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 "code you were shown at enrolment.",
                 headers={"Retry-After": str(math.ceil(wait))},
             )
+        if len({body.code, body.token, body.next_code}) != 3:
+            raise HTTPException(422, "code, token and next_code must differ; draw fresh ones.")
         digest = db.token_hash(body.code)
-        token, token_digest = db.new_token()
-        code, code_digest = db.new_token()
+        token_digest = db.token_hash(body.token)
+        next_digest = db.token_hash(body.next_code)
         with engine.begin() as conn:
             found = conn.execute(
                 sa.select(t_workers).where(t_workers.c.recovery_hash == digest)
@@ -824,20 +837,36 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             # of a wrong code tells is about the hash of what was sent, never a stored code.
             # Unknown, used and other campaigns' codes are refused alike.
             if (
-                found is None
-                or found.campaign_id != campaign_id
-                or not hmac.compare_digest(str(found.recovery_hash), digest)
+                found is not None
+                and found.campaign_id == campaign_id
+                and hmac.compare_digest(str(found.recovery_hash), digest)
             ):
-                limit.fail(client)
-                raise HTTPException(403, "Unknown or used recovery code for this campaign.")
-            # Conditioned on the code still being this one: of two concurrent redemptions of
-            # one code, one wins.
-            updated = conn.execute(
-                t_workers.update()
-                .where(t_workers.c.id == found.id, t_workers.c.recovery_hash == digest)
-                .values(token_hash=token_digest, recovery_hash=code_digest)
-            )
-            if updated.rowcount != 1:
+                try:
+                    with conn.begin_nested():
+                        # Conditioned on the code still being this one: of two concurrent
+                        # redemptions of one code, one wins.
+                        updated = conn.execute(
+                            t_workers.update()
+                            .where(t_workers.c.id == found.id, t_workers.c.recovery_hash == digest)
+                            .values(token_hash=token_digest, recovery_hash=next_digest)
+                        ).rowcount
+                except sa.exc.IntegrityError:
+                    raise HTTPException(
+                        409, "This token or next code is taken; draw fresh ones."
+                    ) from None
+                replayed = False
+            else:
+                # A retry of a recovery done: the worker already holds this token and code.
+                found = conn.execute(
+                    sa.select(t_workers).where(t_workers.c.token_hash == token_digest)
+                ).first()
+                updated = int(
+                    found is not None
+                    and found.campaign_id == campaign_id
+                    and hmac.compare_digest(str(found.recovery_hash), next_digest)
+                )
+                replayed = True
+            if updated != 1 or found is None:
                 limit.fail(client)
                 raise HTTPException(403, "Unknown or used recovery code for this campaign.")
             budget = conn.execute(
@@ -846,10 +875,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         return RecoverOut(
             worker_id=found.id,
             name=found.name,
-            token=token,
-            recovery_code=code,
             budget=budget,
             spent_epsilon=found.spent_epsilon,
+            replayed=replayed,
         )
 
     @app.post(
