@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +271,134 @@ def test_the_client_and_the_cli_recover_a_lost_state_file(live, tmp_path, capsys
     assert fresh not in json.dumps(state)
     r = api.post(f"/campaigns/{made['id']}/recovery", json=recover_body(fresh))
     assert r.status_code == 200
+
+
+# --------------------------------------------------------------------- the page
+NODE = shutil.which("node")
+STATIC = Path(__file__).parents[1] / "src" / "privtd" / "service" / "static"
+
+# The page's module under Node against the live server: a minimal DOM (the elements the page
+# reads and writes), localStorage as a plain object, the page's relative fetches resolved
+# against the server. Each load evaluates the page afresh on the storage it is given.
+HARNESS = """
+const base = process.argv[1], query = process.argv[2], steps = JSON.parse(process.argv[3]);
+const make = (tag) => ({
+  tag, textContent: "", hidden: true, value: "", dataset: {}, children: [],
+  append(...c) { this.children.push(...c); }, replaceChildren() { this.children = []; },
+  querySelectorAll() {
+    const out = [], walk = (e) => { for (const c of e.children || []) {
+      if (c.dataset && c.dataset.task !== undefined) out.push(c); walk(c); } };
+    walk(this); return out;
+  },
+});
+let store = {}, elements = new Map(), loads = 0, shown = null;
+globalThis.localStorage = {
+  getItem: (k) => (k in store ? store[k] : null), setItem: (k, v) => { store[k] = String(v); },
+  removeItem: (k) => { delete store[k]; },
+};
+globalThis.document = {
+  getElementById: (id) => {
+    if (!elements.has(id)) elements.set(id, make(id));
+    return elements.get(id);
+  },
+  createElement: make,
+};
+globalThis.Option = class { constructor(text, value) { this.text = text; this.value = value; } };
+globalThis.location = { search: query, origin: base, reload() {} };
+const realFetch = fetch;
+globalThis.fetch = (u, o) => realFetch(new URL(u, base + "/"), o);
+const text = (id) => document.getElementById(id).textContent;
+const event = { preventDefault() {} };
+const out = [];
+for (const step of steps) {
+  if (step.load) {
+    if (step.load === "fresh") store = {};
+    elements = new Map();
+    await import(`${PAGE}?load=${++loads}`);
+  }
+  if (step.enrol) {
+    document.getElementById("name").value = step.enrol;
+    await document.getElementById("enrol").onsubmit(event);
+  }
+  if (step.answer) {
+    for (const input of document.getElementById("tasks").querySelectorAll())
+      input.value = step.answer.includes(input.dataset.task) ? "yes" : "";
+    await document.getElementById("answers").onsubmit(event);
+  }
+  if (step.recover) {
+    // "shown": the code the page showed last, which the worker wrote down.
+    const code = step.recover === "shown" ? shown : step.recover;
+    document.getElementById("recovery-code").value = code;
+    await document.getElementById("recover").onsubmit(event);
+  }
+  if (text("recovery")) shown = text("recovery").split("Your recovery code: ")[1].split(" ")[0];
+  out.push({
+    plan: text("plan"), status: text("status"), recovery: text("recovery"),
+    enrol: !document.getElementById("enrol").hidden,
+    recoverForm: !document.getElementById("recover").hidden,
+    state: JSON.parse(store[`privtd:${new URLSearchParams(query).get("campaign")}`] || "null"),
+  });
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def run_page(base, query, steps, tmp_path):
+    source = (STATIC / "collect.html").read_text()
+    script = source.split('<script type="module">')[1].split("</script>")[0]
+    script = script.replace('"./static/', f'"{STATIC.as_uri()}/')
+    # Evaluated to its end: the import that loads the page waits for main().
+    script = script.replace("main().catch(", "await main().catch(")
+    page = tmp_path / "page.mjs"
+    page.write_text(script)
+    harness = HARNESS.replace("${PAGE}", page.as_uri())
+    done = subprocess.run(
+        [NODE, "--input-type=module", "-e", harness, base, query, json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(NODE is None, reason="needs Node.js to run the page's module")
+def test_the_page_shows_the_cost_first_and_recovers_a_worker_who_lost_its_storage(live, tmp_path):
+    base, api = live
+    made = make_campaign(api, tasks=tasks(108), budget=108.0, workers_raise_ceiling=True)
+    query = f"?campaign={made['id']}&code={invite(api, made['id'])}"
+    first, enrolled_, sent, lost, back, reopened = run_page(
+        base,
+        query,
+        [
+            {"load": "fresh"},
+            {"enrol": "dana"},
+            {"answer": ["t0", "t1", "t2"]},
+            {"load": "fresh"},  # the browser's storage is lost
+            {"recover": "shown"},
+            {"load": "same"},
+        ],
+        tmp_path,
+    )
+    # Before the first answer (before enrolling, even): the cost and what fits.
+    assert "Answering all 108 tasks in one submission costs epsilon 108.000" in first["plan"]
+    assert "you can answer 100 of the 108 tasks" in first["plan"]
+    assert first["enrol"] and first["recoverForm"]
+    # Enrolled: the recovery code is shown, and not stored.
+    code = enrolled_["recovery"].split("Your recovery code: ")[1].split(" ")[0]
+    assert len(code) >= 43 and code not in json.dumps(enrolled_["state"])
+    assert sent["state"]["spent"] == pytest.approx(3.0)
+    assert lost["state"] is None and lost["enrol"] and lost["recoverForm"]
+    # Recovered: the same worker, its 3 spent carried over, a new code shown.
+    assert "Recovered: you are dana again" in back["status"]
+    assert back["state"]["spent"] == pytest.approx(3.0)
+    assert not back["enrol"] and code not in back["recovery"]
+    # Reopened: the plan counts what was spent.
+    assert "You can still spend 97.000 here" in reopened["plan"]
+    assert "you can answer 97 of the 108" in reopened["plan"]
+    with api.app_state.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, spent_epsilon FROM workers")).all()
+    assert [(n, pytest.approx(s)) for n, s in rows] == [("dana", 3.0)]
+    # The code shown at enrolment was spent by the recovery.
+    r = api.post(f"/campaigns/{made['id']}/recovery", json=recover_body(code))
+    assert r.status_code == 403
