@@ -19,6 +19,7 @@ import sqlalchemy as sa  # noqa: E402
 import test_service as svc  # noqa: E402
 from cli_runner import run_cli as cli  # noqa: E402
 from privtd.client import Ceiling, ServiceError, Worker  # noqa: E402
+from privtd.errors import ValidationError  # noqa: E402
 from privtd.service import recovery  # noqa: E402
 from test_service import AUTH, REQUESTER, campaign_body, invite, make_campaign  # noqa: E402
 
@@ -271,6 +272,25 @@ def test_the_client_and_the_cli_recover_a_lost_state_file(live, tmp_path, capsys
     assert fresh not in json.dumps(state)
     r = api.post(f"/campaigns/{made['id']}/recovery", json=recover_body(fresh))
     assert r.status_code == 200
+
+
+def test_the_client_keeps_the_cap_before_perturbing_and_after_recovery(live, tmp_path):
+    base, api = live
+    made = make_campaign(api, tasks=tasks(10), budget=10.0, max_answers_per_worker=3)
+    worker = Worker.enrol(
+        base, made["id"], "alice", tmp_path / "a.json", code=invite(api, made["id"])
+    )
+    worker.submit({"t0": "yes", "t1": "no"})
+    with pytest.raises(ValidationError, match="at most 3 answers per worker and this worker"):
+        worker.submit({"t2": "yes", "t3": "no"})
+    assert worker.state["spent_epsilon"] == pytest.approx(2.0)  # nothing released
+    back = Worker.recover(base, made["id"], worker.recovery_code, tmp_path / "b.json")
+    assert back.state["answered"] == 2
+    with pytest.raises(ValidationError, match="send at most 1 more, not 2"):
+        back.submit({"t2": "yes", "t3": "no"})
+    back.submit({"t2": "yes"})
+    with api.app_state.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM reports")).scalar_one() == 3
 
 
 # --------------------------------------------------------------------- the page

@@ -402,6 +402,7 @@ class Worker:
                     "token": token,
                     "budget": campaign["budget"],
                     "spent_epsilon": spent,
+                    "answered": int(body["n_reports"]),
                     "pending": None,
                     "ledger": str(ceiling.path),
                 },
@@ -461,6 +462,14 @@ class Worker:
         campaign = self.campaign()
         mech = self.mechanism()
         n = len(self.tasks()) if campaign["whole_row"] else len(answers)
+        cap, sent = campaign.get("max_answers_per_worker"), int(self.state.get("answered", 0))
+        if cap is not None and not campaign["whole_row"] and sent + n > cap:
+            # Refused here, before perturbing: the server would refuse it after the release.
+            raise ValidationError(
+                f"Refused here: campaign {campaign.get('name', '')!r} takes at most {cap} "
+                f"answers per worker and this worker sent {sent}; send at most "
+                f"{max(cap - sent, 0)} more, not {n}. Nothing was perturbed or sent."
+            )
         # The worker's own ceiling, before anything is perturbed, for these n answers under one
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
@@ -524,6 +533,7 @@ class Worker:
                 raise  # may succeed later: kept pending, resent unchanged
             raise self._refused(pending, exc) from None
         self.state["spent_epsilon"] = max(float(pending["epsilon"]), float(out["spent_epsilon"]))
+        self.state["answered"] = int(self.state.get("answered", 0)) + int(out["n_reports"])
         self.state["pending"] = None
         self._save()
         return dict(out)

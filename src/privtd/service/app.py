@@ -206,6 +206,8 @@ class RecoverOut(BaseModel):
     name: str
     budget: float
     spent_epsilon: float
+    #: The reports the worker has sent (what counts against ``max_answers_per_worker``).
+    n_reports: int
     #: True for a retry of a recovery already done with the same body.
     replayed: bool
 
@@ -872,11 +874,17 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             budget = conn.execute(
                 sa.select(t_campaigns.c.budget_epsilon).where(t_campaigns.c.id == campaign_id)
             ).scalar_one()
+            n_reports = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t_reports)
+                .where(t_reports.c.campaign_id == campaign_id, t_reports.c.worker_id == found.id)
+            ).scalar_one()
         return RecoverOut(
             worker_id=found.id,
             name=found.name,
             budget=budget,
             spent_epsilon=found.spent_epsilon,
+            n_reports=n_reports,
             replayed=replayed,
         )
 
