@@ -506,7 +506,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         ).scalar_one()
         g = mech.guarantee
         bounds = campaigns.report_range(mech)
-        k = campaigns.answers_per_draw(mech, n_tasks, row.max_answers)
+        k = campaigns.answers_per_draw(mech, n_tasks, row.max_answers_per_worker)
         per, whole = campaigns.figures(mech, k)
         return CampaignOut(
             id=row.id,
@@ -529,7 +529,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             whole_row=campaigns.whole_row(mech),
             open_enrolment=row.open_enrolment,
             max_workers=row.max_workers,
-            max_answers_per_worker=row.max_answers,
+            max_answers_per_worker=row.max_answers_per_worker,
             report_range=None if bounds is None else list(bounds),
             warning=OPEN_WARNING if row.open_enrolment else None,
         )
@@ -568,7 +568,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     created_at=now(),
                     open_enrolment=body.open_enrolment,
                     max_workers=body.max_workers,
-                    max_answers=cap,
+                    max_answers_per_worker=cap,
                 )
             )
             conn.execute(
@@ -635,7 +635,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         for r in rows:
             mech = campaigns.rebuild(r.mechanism, r.mechanism_params)
             g = mech.guarantee
-            k = campaigns.answers_per_draw(mech, n_tasks.get(r.id, 0), r.max_answers)
+            k = campaigns.answers_per_draw(mech, n_tasks.get(r.id, 0), r.max_answers_per_worker)
             per, whole = campaigns.figures(mech, k)
             out.append(
                 CampaignSummary(
@@ -990,12 +990,13 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                 raise HTTPException(
                     409, f"Task(s) {again[:3]} already reported by this worker; each once only."
                 )
-            if row.max_answers is not None and len(done) + len(keys) > row.max_answers:
-                left = max(row.max_answers - len(done), 0)
+            cap = row.max_answers_per_worker
+            if cap is not None and len(done) + len(keys) > cap:
+                left = max(cap - len(done), 0)
                 raise HTTPException(
                     409,
-                    f"This campaign takes at most {row.max_answers} answers per worker; this "
-                    f"worker sent {len(done)}, so send at most {left} more, not {len(keys)}.",
+                    f"This campaign takes at most {cap} answers per worker; this worker sent "
+                    f"{len(done)}, so send at most {left} more, not {len(keys)}.",
                 )
             values = campaigns.encode_values(mech, row.labels, [r.value for r in body.reports])
             # An honest device draws afresh for each submission: its reports are one release

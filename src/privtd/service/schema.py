@@ -38,7 +38,7 @@ campaigns = sa.Table(
     sa.Column("open_enrolment", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("max_workers", sa.Integer, nullable=True),
     # The most answers one worker may report in the campaign (None: every task).
-    sa.Column("max_answers", sa.Integer, nullable=True),
+    sa.Column("max_answers_per_worker", sa.Integer, nullable=True),
 )
 
 tasks = sa.Table(

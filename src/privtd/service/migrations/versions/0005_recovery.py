@@ -18,7 +18,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("campaigns", sa.Column("max_answers", sa.Integer, nullable=True))
+    op.add_column("campaigns", sa.Column("max_answers_per_worker", sa.Integer, nullable=True))
     op.add_column("workers", sa.Column("recovery_hash", sa.String(64), nullable=True))
     op.create_index("ix_workers_recovery", "workers", ["recovery_hash"], unique=True)
 
@@ -28,4 +28,4 @@ def downgrade() -> None:
     with op.batch_alter_table("workers") as batch:
         batch.drop_column("recovery_hash")
     with op.batch_alter_table("campaigns") as batch:
-        batch.drop_column("max_answers")
+        batch.drop_column("max_answers_per_worker")
