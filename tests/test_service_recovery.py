@@ -212,8 +212,7 @@ def test_wrong_codes_are_rate_limited_even_the_right_one_after(api):
 
 def test_the_failure_limit_forgets_old_failures_and_bounds_its_memory(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr(recovery.time, "monotonic", lambda: clock[0])
-    limit = recovery.FailureLimit(max_failures=3, window_s=10.0)
+    limit = recovery.FailureLimit(max_failures=3, window_s=10.0, clock=lambda: clock[0])
     for _ in range(3):
         limit.fail("a")
     assert limit.retry_after("a") == pytest.approx(10.0) and limit.retry_after("b") == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 #: Wrong recovery codes one client address may send per window before it is refused (429).
 MAX_FAILURES = 10
@@ -27,15 +28,21 @@ class FailureLimit:
     """Counts failed attempts per client address in a sliding window (in this process only:
     each server process keeps its own count)."""
 
-    def __init__(self, max_failures: int = MAX_FAILURES, window_s: float = WINDOW_S) -> None:
+    def __init__(
+        self,
+        max_failures: int = MAX_FAILURES,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_failures = max_failures
         self.window_s = window_s
+        self._clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
     def retry_after(self, client: str) -> float:
         """Seconds until ``client`` may try again (0: it may now)."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             seen = self._failures.get(client)
             if seen is None:
@@ -50,7 +57,7 @@ class FailureLimit:
             return max(seen[0] + self.window_s - now, 0.0)
 
     def fail(self, client: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             seen = self._failures.pop(client, None) or deque()
             seen.append(now)
