@@ -41,7 +41,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +91,12 @@ def most_release(campaign: Mapping[str, Any]) -> int:
 def largest_release(mech: Mechanism, ceiling: float, k: int) -> int:
     """The largest ``j <= k`` whose per-answer figure ``answer_epsilon(j)`` is within
     ``ceiling`` (0 if none); it grows with ``j`` where answers share a draw."""
+    return largest_within(lambda j: mech.answer_epsilon(j) <= ceiling * (1 + 1e-9), k)
 
-    def within(j: int) -> bool:
-        return mech.answer_epsilon(j) <= ceiling * (1 + 1e-9)
 
+def largest_within(within: Callable[[int], bool], k: int) -> int:
+    """The largest ``j <= k`` for which ``within(j)`` holds (0 if none), ``within`` holding
+    for every ``j`` below one that it holds for."""
     # Doubling, then halving: the figures of large releases, the costly ones, are computed
     # only near the answer.
     lo, hi = 0, 1

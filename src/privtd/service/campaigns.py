@@ -13,6 +13,7 @@ from ..client import (
     DEFAULT_MAX_LIFETIME_EPSILON,
     MAX_REPORTS,
     largest_release,
+    largest_within,
     per_answer_words,
 )
 from ..errors import ValidationError
@@ -93,31 +94,12 @@ def worker_spend(mech: Mechanism, n_answers: int) -> float:
     return whole + (float(mech.release_epsilon(rest)) if rest else 0.0)
 
 
-def _most_within(within: Any, k: int) -> int:
-    """The largest ``j <= k`` for which ``within(j)`` holds, ``within`` growing stricter with
-    ``j`` (0 if none). Doubling, then halving: the costly figures of large releases are
-    computed only near the answer."""
-    lo, hi = 0, 1
-    while hi < k and within(hi):
-        lo, hi = hi, min(2 * hi, k)
-    if hi == k and within(k):
-        return k
-    hi -= 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if within(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def answers_within(mech: Mechanism, limit: float, k: int) -> int:
     """The most of ``k`` tasks one worker can answer, one submission each draw (see
     :func:`worker_spend`), spending at most ``limit``."""
     if whole_row(mech):
         return k if worker_spend(mech, k) <= limit * (1 + 1e-12) else 0
-    return _most_within(lambda j: worker_spend(mech, j) <= limit * (1 + 1e-12), k)
+    return largest_within(lambda j: worker_spend(mech, j) <= limit * (1 + 1e-12), k)
 
 
 def check_worker_spend(
@@ -245,11 +227,10 @@ def check_campaign_epsilon(
 ) -> tuple[float, float]:
     """The figures of a worker who answers every task it may (all, or ``max_answers``) in one
     submission (:func:`figures` of :func:`answers_per_draw`), or a ValidationError naming them
-    if the per-answer one is not
-    finite, above the server's ceiling ``max_epsilon``, or past the workers' default ceiling
-    ``worker_ceiling`` through the shared draw alone (above both it and what the mechanism
-    states for one answer): a campaign that states a figure default workers accept while
-    every one who answers all its tasks at once would refuse it."""
+    if the per-answer one is not finite, above the server's ceiling ``max_epsilon``, or past
+    the workers' default ceiling ``worker_ceiling`` through the shared draw alone (above both
+    it and what the mechanism states for one answer): a campaign that states a figure default
+    workers accept while every one who answers all its tasks at once would refuse it."""
     if whole_row(mech) and n_tasks > MAX_REPORTS:
         # Its figures would be those of a release no submission can carry.
         raise ValidationError(
