@@ -271,6 +271,16 @@ def test_the_client_and_the_cli_recover_a_lost_state_file(live, tmp_path, capsys
     assert fresh not in json.dumps(state)
     r = api.post(f"/campaigns/{made['id']}/recovery", json=recover_body(fresh))
     assert r.status_code == 200
+    # A worker holding its token (this one, enrolled with the client) gets a new code.
+    worker = Worker.enrol(
+        base, made["id"], "bea", tmp_path / "e.json", code=invite(api, made["id"]), ledger=ledger
+    )
+    status, _, err = cli(["client", "recovery-code", "--state", str(tmp_path / "e.json")], capsys)
+    assert status == 0, err
+    newer = err.split("recovery code: ")[1].split()[0]
+    where = f"/campaigns/{made['id']}/recovery"
+    assert api.post(where, json=recover_body(worker.recovery_code)).status_code == 403
+    assert api.post(where, json=recover_body(newer)).json()["name"] == "bea"
 
 
 def test_the_client_keeps_the_cap_before_perturbing_and_after_recovery(live, tmp_path):

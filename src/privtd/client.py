@@ -417,6 +417,12 @@ class Worker:
         worker.recovery_code = following
         return worker
 
+    def new_recovery_code(self) -> str:
+        """A new recovery code for this worker (shown once; its previous code stops working):
+        for a worker enrolled before recovery codes existed, or whose code may have leaked."""
+        self.recovery_code = str(self._call("POST", "/recovery-code", None)["recovery_code"])
+        return self.recovery_code
+
     # ---------------------------------------------------------------- reading
     def campaign(self) -> dict[str, Any]:
         """The campaign's public parameters (fetched once per object)."""

@@ -723,6 +723,18 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
     return campaign, ceiling
 
 
+@client.command("recovery-code")
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="The worker's state file."
+)
+def client_recovery_code(state: str) -> None:
+    """Print a new recovery code for the worker of --state (its previous code stops working):
+    for a worker enrolled before recovery codes existed, or whose code may have leaked."""
+    from ..client import Worker
+
+    _show_recovery_code(Worker(state).new_recovery_code())
+
+
 @client.command("ceiling")
 @LEDGER
 @click.option("--state", type=click.Path(dir_okay=False), help="A state file (its ceiling).")
