@@ -82,6 +82,9 @@ async def run_load(args: argparse.Namespace, base: str, restart) -> dict:  # typ
                 "epsilon": 1.0,
                 "labels": ["a", "b", "c"],
                 "budget": float(n_tasks),
+                # Its workers answer every task at epsilon 1 each, past the default lifetime
+                # ceiling (100) from 101 tasks on; they are load, not devices with a ceiling.
+                "workers_raise_ceiling": True,
             },
         )
         made.raise_for_status()

@@ -514,3 +514,63 @@ def test_the_page_draws_a_fresh_flip_probability_for_each_submission():
         """
     )
     assert np.var(out, ddof=1) > 0.01, out
+
+
+def test_the_page_says_what_the_campaign_costs_before_the_first_answer():
+    # The campaign of 108 tasks at epsilon 1 with a budget of 108: a worker with the default
+    # lifetime ceiling (100) can answer 100 of them, and the page says so before any answer
+    # (before, it said so only once all 108 were chosen, refusing them). Then: 30 spent in
+    # another campaign leaves 70; a budget of 50 stops at 50; a cap of 20 per worker; two-layer
+    # with a = 0 over 100 tasks, where one submission fits 20 (ln 20 = 3.00 per answer).
+    def campaign(n, budget, mechanism=None, **extra):
+        return {
+            "name": "c",
+            "labels": ["no", "yes"],
+            "whole_row": False,
+            "n_tasks": n,
+            "budget": budget,
+            "mechanism": mechanism
+            or {
+                "name": "one-layer",
+                "params": {"f": 1 / (1 + math.e), "n_labels": 2},
+                "epsilon": 1.0,
+                "unit": "answer",
+            },
+            **extra,
+        }
+
+    two_layer = {
+        "name": "two-layer",
+        "params": {"a": 0.0, "b": 1.0, "n_labels": 2},
+        "epsilon": 0.0,
+        "unit": "answer",
+    }
+    cases = [
+        (campaign(108, 108.0), {}),
+        (campaign(108, 108.0), {"elsewhere": 30}),
+        (campaign(108, 50.0), {}),
+        (campaign(108, 108.0, max_answers_per_worker=20), {}),
+        (campaign(100, 1000.0, two_layer), {}),
+        (campaign(5, 10.0), {}),
+    ]
+    out = node(
+        f"""
+        const plans = {json.dumps(cases)}.map(([c, spent]) => {{
+          const ceiling = C.loadCeiling({{ getItem: () => null }});
+          ceiling.spent = spent;
+          return C.campaignPlan(ceiling, c, "here");
+        }});
+        process.stdout.write(JSON.stringify(plans));
+        """
+    )
+    fits = [p["fits"] for p in out]
+    assert fits == [100, 70, 50, 20, 20, 5]
+    assert out[0]["cost"] == pytest.approx(108.0) and out[0]["room"] == pytest.approx(100.0)
+    assert "you can answer 100 of the 108 tasks" in out[0]["text"]
+    assert "raise your lifetime ceiling" in out[0]["text"]
+    assert "you can answer 70 of the 108" in out[1]["text"]
+    assert "the campaign's budget allows no more" in out[2]["text"]
+    assert out[3]["all"] == 20 and "takes at most 20 per worker" in out[3]["text"]
+    assert "you can answer all 20" in out[3]["text"]
+    assert "more would pass your ceiling per answer" in out[4]["text"]
+    assert out[5]["text"].endswith("you can answer all 5.")

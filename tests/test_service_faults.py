@@ -225,7 +225,13 @@ def test_an_export_stops_at_the_revocation(live, monkeypatch):
 def test_the_client_reports_an_export_cut_short(live, tmp_path, capsys, monkeypatch):
     base, api = live
     monkeypatch.setattr(service_app, "EXPORT_CHUNK", 1000)
-    made = make_campaign(api, tasks=[{"key": f"t{i}"} for i in range(200)], budget=1000.0)
+    # 200 answers of one worker (epsilon 200): past the default lifetime ceiling, said so.
+    made = make_campaign(
+        api,
+        tasks=[{"key": f"t{i}"} for i in range(200)],
+        budget=1000.0,
+        workers_raise_ceiling=True,
+    )
     alice = enrol(api, made["id"], "alice")
     body = submission(["yes"] * 200, params=made["mechanism"]["params"])
     reply = post(api, made["id"], body, alice)

@@ -64,7 +64,9 @@ def client_side(url: str | None = None) -> dict[str, Any]:
         service(url, live=True, max_epsilon=1e9) as (api, base),
         tempfile.TemporaryDirectory() as d,
     ):
-        r = api.post("/campaigns", json=campaign(), headers=AUTH)
+        # A compromised server takes any budget too (an honest one refuses a worker's spend
+        # past the default lifetime ceiling unless told the workers raise theirs).
+        r = api.post("/campaigns", json=campaign(workers_raise_ceiling=True), headers=AUTH)
         assert r.status_code == 201, r.text
         made = r.json()
         code = api.post(f"/campaigns/{made['id']}/codes", json={"count": 1}, headers=AUTH)

@@ -146,6 +146,8 @@ def _fill(engine: Any, base: str, token: str, n_reports: int) -> str:
         "epsilon": 1.0,
         "labels": ["no", "yes"],
         "budget": 1e5,
+        # Its workers' reports are written directly, not sent by devices with a ceiling.
+        "workers_raise_ceiling": True,
     }
     made = httpx.post(f"{base}/campaigns", json=body, headers=_auth(token), timeout=60)
     made.raise_for_status()

@@ -39,9 +39,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,12 @@ def most_release(campaign: Mapping[str, Any]) -> int:
 def largest_release(mech: Mechanism, ceiling: float, k: int) -> int:
     """The largest ``j <= k`` whose per-answer figure ``answer_epsilon(j)`` is within
     ``ceiling`` (0 if none); it grows with ``j`` where answers share a draw."""
+    return largest_within(lambda j: mech.answer_epsilon(j) <= ceiling * (1 + 1e-9), k)
 
-    def within(j: int) -> bool:
-        return mech.answer_epsilon(j) <= ceiling * (1 + 1e-9)
 
+def largest_within(within: Callable[[int], bool], k: int) -> int:
+    """The largest ``j <= k`` for which ``within(j)`` holds (0 if none), ``within`` holding
+    for every ``j`` below one that it holds for."""
     # Doubling, then halving: the figures of large releases, the costly ones, are computed
     # only near the answer.
     lo, hi = 0, 1
@@ -378,6 +381,9 @@ class Worker:
         self.timeout = timeout
         self._campaign: dict[str, Any] | None = None
         self.ceiling = Ceiling.for_state(self.path, ledger or self.state.get("ledger"))
+        #: Set by :meth:`enrol` and :meth:`recover` only, never written to the state file: a
+        #: code kept beside the token would be lost (or stolen) with it.
+        self.recovery_code: str | None = None
 
     # ---------------------------------------------------------------- enrolment
     @staticmethod
@@ -435,7 +441,69 @@ class Worker:
             ),
             private=True,  # it holds the worker's token
         )
-        return cls(path, ledger=ceiling.path, **kwargs)
+        worker = cls(path, ledger=ceiling.path, **kwargs)
+        worker.recovery_code = body.get("recovery_code")
+        return worker
+
+    @classmethod
+    def recover(
+        cls,
+        url: str,
+        campaign_id: str,
+        code: str,
+        state: str | os.PathLike[str],
+        *,
+        ledger: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> Worker:
+        """The worker whose state file was lost, from the recovery ``code`` shown at enrolment:
+        a new state file with a fresh token of the same worker and what it has spent, which
+        carries over (the server's count, and the ledger's if that is higher). The code works
+        once: the new one is in the returned worker's ``recovery_code``."""
+        path = Path(state)
+        if path.exists():
+            raise ValidationError(f"{path} already holds a worker's state; pick another file.")
+        base = url.rstrip("/")
+        campaign = _request("GET", f"{base}/campaigns/{campaign_id}", None, None)
+        # The new token and next code are made here, so a retry (the answer lost) sends the
+        # same request and reads the same outcome: the code sent works once.
+        token, following = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        sent = {"code": code, "token": token, "next_code": following}
+        body = _request("POST", f"{base}/campaigns/{campaign_id}/recovery", None, sent)
+        ceiling = Ceiling.for_state(path, ledger)
+        key = f"{base} {campaign_id} {body['worker_id']}"
+        # What this worker spent counts as spent whichever copy remembers more: the server's,
+        # or this ledger's (a release the server refused still left the device).
+        spent = max(float(body["spent_epsilon"]), float(ceiling.spent.get(key, 0.0)))
+        atomic_write_text(
+            path,
+            json.dumps(
+                {
+                    "url": base,
+                    "campaign_id": campaign_id,
+                    "name": body["name"],
+                    "worker_id": body["worker_id"],
+                    "token": token,
+                    "budget": campaign["budget"],
+                    "spent_epsilon": spent,
+                    "answered": int(body["n_reports"]),
+                    "pending": None,
+                    "ledger": str(ceiling.path),
+                },
+                indent=1,
+            ),
+            private=True,
+        )
+        ceiling.record(key, spent)
+        worker = cls(path, ledger=ceiling.path, **kwargs)
+        worker.recovery_code = following
+        return worker
+
+    def new_recovery_code(self) -> str:
+        """A new recovery code for this worker (shown once; its previous code stops working):
+        for a worker enrolled before recovery codes existed, or whose code may have leaked."""
+        self.recovery_code = str(self._call("POST", "/recovery-code", None)["recovery_code"])
+        return self.recovery_code
 
     # ---------------------------------------------------------------- reading
     def campaign(self) -> dict[str, Any]:
@@ -491,6 +559,14 @@ class Worker:
         answers, n_clipped = declared_answers(campaign, answers, clip=clip)
         mech = self.mechanism()
         n = len(self.tasks()) if campaign["whole_row"] else len(answers)
+        cap, sent = campaign.get("max_answers_per_worker"), int(self.state.get("answered", 0))
+        if cap is not None and not campaign["whole_row"] and sent + n > cap:
+            # Refused here, before perturbing: the server would refuse it after the release.
+            raise ValidationError(
+                f"Refused here: campaign {campaign.get('name', '')!r} takes at most {cap} "
+                f"answers per worker and this worker sent {sent}; send at most "
+                f"{max(cap - sent, 0)} more, not {n}. Nothing was perturbed or sent."
+            )
         # The worker's own ceiling, before anything is perturbed, for these n answers under one
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
@@ -554,6 +630,7 @@ class Worker:
                 raise  # may succeed later: kept pending, resent unchanged
             raise self._refused(pending, exc) from None
         self.state["spent_epsilon"] = max(float(pending["epsilon"]), float(out["spent_epsilon"]))
+        self.state["answered"] = int(self.state.get("answered", 0)) + int(out["n_reports"])
         self.state["pending"] = None
         self._save()
         return dict(out)
@@ -625,10 +702,15 @@ class Requester:
         method: str | None = None,
         open_enrolment: bool = False,
         max_workers: int | None = None,
+        max_answers_per_worker: int | None = None,
+        workers_raise_ceiling: bool = False,
     ) -> dict[str, Any]:
         """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description.
         Workers enrol with codes from :meth:`issue_codes`; ``open_enrolment`` lets anyone enrol
-        (fake workers included: the description's ``warning`` says so)."""
+        (fake workers included: the description's ``warning`` says so). The server refuses a
+        campaign in which one worker can spend more than the workers' default lifetime ceiling
+        (:data:`DEFAULT_MAX_LIFETIME_EPSILON`), unless ``max_answers_per_worker`` caps what each
+        answers or ``workers_raise_ceiling`` says they will raise theirs."""
         body = {
             "name": name,
             "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
@@ -641,6 +723,11 @@ class Requester:
             "open_enrolment": open_enrolment,
             "max_workers": max_workers,
         }
+        # Sent only when used: a server from before these options refuses unknown fields.
+        if max_answers_per_worker is not None:
+            body["max_answers_per_worker"] = max_answers_per_worker
+        if workers_raise_ceiling:
+            body["workers_raise_ceiling"] = True
         # Not retried: a create whose answer was lost would make a second campaign.
         return dict(self._call("POST", "/campaigns", body, retries=0))
 

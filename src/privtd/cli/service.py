@@ -305,6 +305,17 @@ def campaign() -> None:
     "workers, each with a fresh budget; by default workers need a code ('campaign codes').",
 )
 @click.option("--max-workers", type=click.IntRange(min=1), help="Admit at most this many workers.")
+@click.option(
+    "--max-answers",
+    type=click.IntRange(min=1),
+    help="Take at most this many answers from each worker (default: every task).",
+)
+@click.option(
+    "--workers-raise-ceiling",
+    is_flag=True,
+    help="Accept a campaign in which one worker can spend more than the workers' default "
+    "ceiling over all their campaigns (100); tell your workers to raise theirs.",
+)
 @TOKEN
 def campaign_create(
     url: str,
@@ -318,10 +329,15 @@ def campaign_create(
     name: str,
     open_enrolment: bool,
     max_workers: int | None,
+    max_answers: int | None,
+    workers_raise_ceiling: bool,
     token: str,
 ) -> None:
     """Create a campaign on the server at URL; prints its id and the workers' page. Workers
-    enrol with codes from 'privtd campaign codes' unless --open-enrolment is given."""
+    enrol with codes from 'privtd campaign codes' unless --open-enrolment is given. The server
+    refuses a campaign in which one worker can spend more than the workers' default ceiling
+    over all their campaigns (100), naming the figures: lower --budget, cap --max-answers, or
+    pass --workers-raise-ceiling."""
     import pandas as pd
 
     from .._files import refuse_spreadsheet
@@ -350,6 +366,8 @@ def campaign_create(
         method=method,
         open_enrolment=open_enrolment,
         max_workers=max_workers,
+        max_answers_per_worker=max_answers,
+        workers_raise_ceiling=workers_raise_ceiling,
     )
     click.echo(made["id"])
     if made.get("warning"):
@@ -635,11 +653,50 @@ def client_enrol(
     from ..client import Worker
 
     campaign, ceiling = _preview(url, campaign_id, state, ledger)
-    Worker.enrol(url, campaign_id, name, state, code=code, ledger=ceiling.path)
+    worker = Worker.enrol(url, campaign_id, name, state, code=code, ledger=ceiling.path)
     click.echo(
         f"enrolled {name} in {campaign['name']!r}, budget epsilon {campaign['budget']:g}; "
         f"state in {state}"
     )
+    _show_recovery_code(worker.recovery_code)
+
+
+def _show_recovery_code(code: str | None) -> None:
+    if code:
+        click.echo(
+            f"recovery code: {code}\nkeep it apart from the state file, shown once: if the state "
+            "file is lost, 'privtd client recover' gives this same worker (what it spent "
+            "included) a new token with it, once",
+            err=True,
+        )
+
+
+@client.command("recover")
+@click.argument("url")
+@click.argument("campaign_id")
+@click.option(
+    "--code",
+    envvar="PRIVTD_RECOVERY_CODE",
+    required=True,
+    help="The recovery code shown at enrolment (env PRIVTD_RECOVERY_CODE).",
+)
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="New JSON file for the state."
+)
+@LEDGER
+def client_recover(url: str, campaign_id: str, code: str, state: str, ledger: str | None) -> None:
+    """Continue as the same worker of CAMPAIGN_ID after losing the state file: the recovery code
+    gets a new token (the old one stops working) and a new recovery code, printed here. What the
+    worker spent carries over; recovery never gives a fresh budget."""
+    from ..client import Worker
+
+    worker = Worker.recover(url, campaign_id, code, state, ledger=ledger)
+    click.echo(
+        f"recovered {worker.state['name']} in campaign {campaign_id}: spent epsilon "
+        f"{float(worker.state['spent_epsilon']):.6g} of {float(worker.state['budget']):g}; "
+        f"state in {state}"
+    )
+    _show_recovery_code(worker.recovery_code)
 
 
 def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
@@ -666,6 +723,18 @@ def _preview(url: str, campaign_id: str, state: str, ledger: str | None) -> Any:
         err=True,
     )
     return campaign, ceiling
+
+
+@client.command("recovery-code")
+@click.option(
+    "--state", required=True, type=click.Path(dir_okay=False), help="The worker's state file."
+)
+def client_recovery_code(state: str) -> None:
+    """Print a new recovery code for the worker of --state (its previous code stops working):
+    for a worker enrolled before recovery codes existed, or whose code may have leaked."""
+    from ..client import Worker
+
+    _show_recovery_code(Worker(state).new_recovery_code())
 
 
 @client.command("ceiling")

@@ -9,6 +9,7 @@ are kept as SHA-256 hashes. Every error is a 4xx with ``{"detail": "one line"}``
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import uuid
@@ -26,9 +27,9 @@ from fastapi_offline import FastAPIOffline
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..client import DEFAULT_MAX_EPSILON_PER_ANSWER
+from ..client import DEFAULT_MAX_EPSILON_PER_ANSWER, DEFAULT_MAX_LIFETIME_EPSILON
 from ..errors import PrivtdError
-from . import aggregate, campaigns, db, requesters
+from . import aggregate, campaigns, db, recovery, requesters
 from .access_log import AccessLog
 from .schema import campaigns as t_campaigns
 from .schema import enrolment_codes as t_codes
@@ -106,6 +107,17 @@ class CampaignIn(Strict):
         "included), each with a fresh budget: prefer codes (POST /campaigns/ID/codes).",
     )
     max_workers: int | None = Field(default=None, ge=1, le=10_000_000)
+    max_answers_per_worker: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="The most answers one worker may report in this campaign (None: every task).",
+    )
+    workers_raise_ceiling: bool = Field(
+        default=False,
+        description="Accept a campaign in which one worker can spend more than the workers' "
+        "default ceiling over all their campaigns (100): its workers will raise theirs.",
+    )
 
 
 class MechanismOut(BaseModel):
@@ -134,6 +146,7 @@ class CampaignOut(BaseModel):
     whole_row: bool
     open_enrolment: bool
     max_workers: int | None
+    max_answers_per_worker: int | None = None
     #: Numeric mechanisms: the reports the server accepts (an honest release falls outside with
     #: probability at most 1e-12 per report); None where the output domain is finite.
     report_range: list[float] | None
@@ -166,6 +179,41 @@ class EnrolIn(Strict):
 class EnrolOut(BaseModel):
     worker_id: str
     token: str
+    #: Shown here only (stored hashed): redeemed once at POST /campaigns/ID/recovery for a
+    #: fresh token of this same worker, should the token be lost.
+    recovery_code: str
+
+
+class RecoverIn(Strict):
+    code: Text = Field(min_length=1, max_length=200, description="The recovery code.")
+    # Made by the worker's device, not the server, so that a retry of a request whose answer
+    # was lost sends the same body and reads the same outcome (a code works once).
+    token: Text = Field(
+        min_length=32, max_length=200, description="The worker's new token (random, 32+ chars)."
+    )
+    next_code: Text = Field(
+        min_length=32,
+        max_length=200,
+        description="The worker's next recovery code (random, 32+ chars), replacing 'code'.",
+    )
+
+
+class RecoverOut(BaseModel):
+    """A recovered worker: the same worker, with what it has spent (recovery never resets it);
+    its token and recovery code are now the ones the request sent."""
+
+    worker_id: str
+    name: str
+    budget: float
+    spent_epsilon: float
+    #: The reports the worker has sent (what counts against ``max_answers_per_worker``).
+    n_reports: int
+    #: True for a retry of a recovery already done with the same body.
+    replayed: bool
+
+
+class RecoveryCodeOut(BaseModel):
+    recovery_code: str
 
 
 class TaskOut(BaseModel):
@@ -329,6 +377,8 @@ def create_app(
         engine, dask_scheduler, dask_dir, dask_security, dask_allow_plain_tcp
     )
     app.state.max_epsilon = float(max_epsilon)
+    # Wrong recovery codes per client address (POST /campaigns/ID/recovery).
+    app.state.recovery_limit = recovery.FailureLimit()
     app.add_middleware(BodyLimit)
     # Added last, so outermost: it sees every answer, the body limit's 413 included.
     app.add_middleware(AccessLog, root=app)
@@ -456,7 +506,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         ).scalar_one()
         g = mech.guarantee
         bounds = campaigns.report_range(mech)
-        k = campaigns.answers_per_draw(mech, n_tasks)
+        k = campaigns.answers_per_draw(mech, n_tasks, row.max_answers_per_worker)
         per, whole = campaigns.figures(mech, k)
         return CampaignOut(
             id=row.id,
@@ -479,6 +529,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             whole_row=campaigns.whole_row(mech),
             open_enrolment=row.open_enrolment,
             max_workers=row.max_workers,
+            max_answers_per_worker=row.max_answers_per_worker,
             report_range=None if bounds is None else list(bounds),
             warning=OPEN_WARNING if row.open_enrolment else None,
         )
@@ -486,9 +537,15 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     @app.post("/campaigns", status_code=201, response_model=CampaignOut)
     def create_campaign(body: CampaignIn, requester_id: str = Depends(requester)) -> CampaignOut:
         mech = campaigns.build_mechanism(body.mechanism, body.epsilon, body.params, body.labels)
-        # Per answer given the worker's others, for a worker who answers every task at once.
+        cap = body.max_answers_per_worker
+        # Per answer given the worker's others, for a worker who answers every task it may at
+        # once; then what that worker spends in all, against the workers' default lifetime
+        # ceiling, so a campaign every default worker would be refused in is refused here.
         campaigns.check_campaign_epsilon(
-            mech, len(body.tasks), max_epsilon, DEFAULT_MAX_EPSILON_PER_ANSWER
+            mech, len(body.tasks), max_epsilon, DEFAULT_MAX_EPSILON_PER_ANSWER, cap
+        )
+        spend, answerable = campaigns.check_worker_spend(
+            mech, len(body.tasks), body.budget, cap, raise_ok=body.workers_raise_ceiling
         )
         campaigns.check_report_range(mech)
         labels = campaigns.check_labels(mech, body.labels)
@@ -511,6 +568,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     created_at=now(),
                     open_enrolment=body.open_enrolment,
                     max_workers=body.max_workers,
+                    max_answers_per_worker=cap,
                 )
             )
             conn.execute(
@@ -520,7 +578,16 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     for i, t in enumerate(body.tasks)
                 ],
             )
-            return describe(conn, campaign_row(conn, campaign_id))
+            out = describe(conn, campaign_row(conn, campaign_id))
+        if spend > DEFAULT_MAX_LIFETIME_EPSILON * (1 + 1e-12):
+            raised = (
+                f"A worker who answers all {answerable} tasks it may spends epsilon {spend:.4g}, "
+                f"past the workers' default ceiling of {DEFAULT_MAX_LIFETIME_EPSILON:g} over all "
+                "their campaigns: tell them to raise it ('privtd client ceiling --lifetime X', or "
+                "the page's ceiling form), or they stop there."
+            )
+            out.warning = raised if out.warning is None else f"{out.warning} {raised}"
+        return out
 
     @app.post("/requester/token", status_code=201, response_model=TokenOut)
     def rotate_token(who: tuple[str, str] = Depends(requester_token)) -> TokenOut:
@@ -568,7 +635,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         for r in rows:
             mech = campaigns.rebuild(r.mechanism, r.mechanism_params)
             g = mech.guarantee
-            k = campaigns.answers_per_draw(mech, n_tasks.get(r.id, 0))
+            k = campaigns.answers_per_draw(mech, n_tasks.get(r.id, 0), r.max_answers_per_worker)
             per, whole = campaigns.figures(mech, k)
             out.append(
                 CampaignSummary(
@@ -704,6 +771,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
     @app.post("/campaigns/{campaign_id}/workers", status_code=201, response_model=EnrolOut)
     def enrol(campaign_id: str, body: EnrolIn) -> EnrolOut:
         token, digest = db.new_token()
+        recovery_code, recovery_digest = db.new_token()
         worker_id = str(uuid.uuid4())
         with engine.begin() as conn:
             row = campaign_row(conn, campaign_id)
@@ -730,6 +798,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                             token_hash=digest,
                             spent_epsilon=0.0,
                             enrolled_at=now(),
+                            recovery_hash=recovery_digest,
                         )
                     )
             except sa.exc.IntegrityError:
@@ -737,7 +806,101 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             # After the worker's row (the code points at it), in the same transaction: a
             # refused code leaves no worker behind.
             admit(conn, row, code_digest, worker_id)
-        return EnrolOut(worker_id=worker_id, token=token)
+        return EnrolOut(worker_id=worker_id, token=token, recovery_code=recovery_code)
+
+    @app.post("/campaigns/{campaign_id}/recovery", response_model=RecoverOut)
+    def recover(campaign_id: str, body: RecoverIn, request: Request) -> RecoverOut:
+        """Bind the worker whose recovery code is sent to the new token and next code the
+        request carries: the same worker (name, reports, spent epsilon), never a fresh budget.
+        The code works once, and the worker's previous token stops working. A retry with the
+        same body (its answer lost) is answered again. Every wrong code gets the same answer;
+        past recovery.MAX_FAILURES of them in recovery.WINDOW_S seconds, a client address is
+        refused (429) whatever it sends."""
+        limit: recovery.FailureLimit = app.state.recovery_limit
+        client = request.client.host if request.client else ""
+        wait = limit.retry_after(client)
+        if wait > 0:
+            raise HTTPException(
+                429,
+                "Too many wrong recovery codes from this address; wait and try again with the "
+                "code you were shown at enrolment.",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
+        if len({body.code, body.token, body.next_code}) != 3:
+            raise HTTPException(422, "code, token and next_code must differ; draw fresh ones.")
+        digest = db.token_hash(body.code)
+        token_digest = db.token_hash(body.token)
+        next_digest = db.token_hash(body.next_code)
+        with engine.begin() as conn:
+            found = conn.execute(
+                sa.select(t_workers).where(t_workers.c.recovery_hash == digest)
+            ).first()
+            # Looked up by the code's hash, then compared in constant time: what the timing
+            # of a wrong code tells is about the hash of what was sent, never a stored code.
+            # Unknown, used and other campaigns' codes are refused alike.
+            if (
+                found is not None
+                and found.campaign_id == campaign_id
+                and hmac.compare_digest(str(found.recovery_hash), digest)
+            ):
+                try:
+                    with conn.begin_nested():
+                        # Conditioned on the code still being this one: of two concurrent
+                        # redemptions of one code, one wins.
+                        updated = conn.execute(
+                            t_workers.update()
+                            .where(t_workers.c.id == found.id, t_workers.c.recovery_hash == digest)
+                            .values(token_hash=token_digest, recovery_hash=next_digest)
+                        ).rowcount
+                except sa.exc.IntegrityError:
+                    raise HTTPException(
+                        409, "This token or next code is taken; draw fresh ones."
+                    ) from None
+                replayed = False
+            else:
+                # A retry of a recovery done: the worker already holds this token and code.
+                found = conn.execute(
+                    sa.select(t_workers).where(t_workers.c.token_hash == token_digest)
+                ).first()
+                updated = int(
+                    found is not None
+                    and found.campaign_id == campaign_id
+                    and hmac.compare_digest(str(found.recovery_hash), next_digest)
+                )
+                replayed = True
+            if updated != 1 or found is None:
+                limit.fail(client)
+                raise HTTPException(403, "Unknown or used recovery code for this campaign.")
+            budget = conn.execute(
+                sa.select(t_campaigns.c.budget_epsilon).where(t_campaigns.c.id == campaign_id)
+            ).scalar_one()
+            n_reports = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t_reports)
+                .where(t_reports.c.campaign_id == campaign_id, t_reports.c.worker_id == found.id)
+            ).scalar_one()
+        return RecoverOut(
+            worker_id=found.id,
+            name=found.name,
+            budget=budget,
+            spent_epsilon=found.spent_epsilon,
+            n_reports=n_reports,
+            replayed=replayed,
+        )
+
+    @app.post(
+        "/campaigns/{campaign_id}/recovery-code", status_code=201, response_model=RecoveryCodeOut
+    )
+    def new_recovery_code(campaign_id: str, authorization: Auth = None) -> RecoveryCodeOut:
+        """A new recovery code for the worker whose token is sent (one enrolled before recovery
+        codes existed, or whose code may have leaked); its previous code stops working."""
+        code, code_digest = db.new_token()
+        with engine.begin() as conn:
+            who = worker(conn, campaign_id, authorization)
+            conn.execute(
+                t_workers.update().where(t_workers.c.id == who.id).values(recovery_hash=code_digest)
+            )
+        return RecoveryCodeOut(recovery_code=code)
 
     @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
     def list_tasks(campaign_id: str, authorization: Auth = None) -> list[TaskOut]:
@@ -826,6 +989,14 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             if again:
                 raise HTTPException(
                     409, f"Task(s) {again[:3]} already reported by this worker; each once only."
+                )
+            cap = row.max_answers_per_worker
+            if cap is not None and len(done) + len(keys) > cap:
+                left = max(cap - len(done), 0)
+                raise HTTPException(
+                    409,
+                    f"This campaign takes at most {cap} answers per worker; this worker sent "
+                    f"{len(done)}, so send at most {left} more, not {len(keys)}.",
                 )
             values = campaigns.encode_values(mech, row.labels, [r.value for r in body.reports])
             # An honest device draws afresh for each submission: its reports are one release

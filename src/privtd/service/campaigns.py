@@ -9,7 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from ..client import MAX_REPORTS, largest_release, per_answer_words
+from ..client import (
+    DEFAULT_MAX_LIFETIME_EPSILON,
+    MAX_REPORTS,
+    largest_release,
+    largest_within,
+    per_answer_words,
+)
 from ..errors import ValidationError
 from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
@@ -67,11 +73,97 @@ def _tail_multiple(tail: float) -> tuple[float, float]:
 Z_LAPLACE, Z_MIXTURE = _tail_multiple(TAIL)
 
 
-def answers_per_draw(mech: Mechanism, n_tasks: int) -> int:
+def answers_per_draw(mech: Mechanism, n_tasks: int, max_answers: int | None = None) -> int:
     """The most answers a worker of a campaign of ``n_tasks`` tasks releases under one private
-    draw: its whole row for P3's mechanisms, else every task in one submission (at most
-    :data:`MAX_REPORTS`). An honest device draws afresh for each submission."""
-    return n_tasks if whole_row(mech) else min(n_tasks, MAX_REPORTS)
+    draw: its whole row for P3's mechanisms, else every task it may answer (all, or the
+    campaign's ``max_answers`` per worker) in one submission (at most :data:`MAX_REPORTS`). An
+    honest device draws afresh for each submission."""
+    if whole_row(mech):
+        return n_tasks
+    return min(n_tasks if max_answers is None else min(n_tasks, max_answers), MAX_REPORTS)
+
+
+def worker_spend(mech: Mechanism, n_answers: int) -> float:
+    """The epsilon one worker spends answering ``n_answers`` tasks (the whole row for P3's
+    mechanisms), each submission as large as one may be: the sum, over its draws, of each
+    draw's whole release (what the server's ``spent_epsilon`` and the worker's ledger count)."""
+    if whole_row(mech):
+        return float(mech.release_epsilon(n_answers))
+    full, rest = divmod(n_answers, MAX_REPORTS)
+    whole = float(mech.release_epsilon(MAX_REPORTS)) * full if full else 0.0
+    return whole + (float(mech.release_epsilon(rest)) if rest else 0.0)
+
+
+def answers_within(mech: Mechanism, limit: float, k: int) -> int:
+    """The most of ``k`` tasks one worker can answer, one submission each draw (see
+    :func:`worker_spend`), spending at most ``limit``."""
+    if whole_row(mech):
+        return k if worker_spend(mech, k) <= limit * (1 + 1e-12) else 0
+    return largest_within(lambda j: worker_spend(mech, j) <= limit * (1 + 1e-12), k)
+
+
+def check_worker_spend(
+    mech: Mechanism,
+    n_tasks: int,
+    budget: float,
+    max_answers: int | None,
+    *,
+    raise_ok: bool = False,
+    lifetime: float = DEFAULT_MAX_LIFETIME_EPSILON,
+) -> tuple[float, int]:
+    """``(spend, n)``: the most one worker can spend in the campaign, the smaller of its
+    ``budget`` and what answering all ``n`` tasks it may answer costs (:func:`worker_spend`),
+    or a ValidationError naming the figures and the remedies if that is past the workers'
+    default ``lifetime`` ceiling (unless ``raise_ok``: the requester says its workers raise
+    their ceiling). Past it, every worker's device refuses the submission that crosses it."""
+    if max_answers is not None and whole_row(mech) and max_answers < n_tasks:
+        raise ValidationError(
+            f"{mech.name} releases a worker's whole row ({n_tasks} tasks) in one submission: "
+            f"a cap of {max_answers} answers per worker cannot hold; drop max_answers_per_worker "
+            "or split the campaign."
+        )
+    n = n_tasks if max_answers is None else min(n_tasks, max_answers)
+    cost = worker_spend(mech, n)
+    spend = min(float(budget), cost)
+    if raise_ok or spend <= lifetime * (1 + 1e-12):
+        return spend, n
+    fits = answers_within(mech, lifetime, n)
+    ways = []
+    if whole_row(mech):
+        ways.append("use fewer tasks or a smaller epsilon")
+    else:
+        answer = f" (a worker then answers at most {fits} tasks)" if fits else ""
+        ways.append(f"set the budget to at most {lifetime:g}{answer}")
+        if fits:
+            ways.append(
+                f"cap each worker at {fits} answers (max_answers_per_worker; "
+                f"'privtd campaign create --max-answers {fits}')"
+            )
+    ways.append(
+        "if your workers will raise their ceiling, say so (workers_raise_ceiling; "
+        "--workers-raise-ceiling)"
+    )
+    if cost <= budget:
+        what = (
+            f"A worker who answers all {n} tasks of this campaign spends epsilon {cost:.4g} "
+            f"{_spend_words(mech, n)}"
+        )
+    else:
+        what = (
+            f"A worker of this campaign can spend its whole budget of {budget:g} (answering "
+            f"all {n} tasks costs {cost:.4g} {_spend_words(mech, n)})"
+        )
+    raise ValidationError(
+        f"{what}, past the workers' default ceiling of {lifetime:g} over all their campaigns: "
+        f"each one's device would refuse the submission that crosses it. Either "
+        f"{'; or '.join(ways)}."
+    )
+
+
+def _spend_words(mech: Mechanism, n: int) -> str:
+    if whole_row(mech) or n <= MAX_REPORTS:
+        return f"(all {n} answers in one submission)"
+    return f"(in submissions of {MAX_REPORTS}, each one draw)"
 
 
 def figures(mech: Mechanism, k: int) -> tuple[float, float]:
@@ -98,7 +190,10 @@ def _shared_remedy(mech: Mechanism, ceiling: float, k: int) -> str:
         )
     fits = largest_release(mech, ceiling, k)
     if fits > 0:
-        ways.append(f"use at most {fits} tasks")
+        ways.append(
+            f"use at most {fits} tasks, or cap each worker at {fits} answers "
+            "(max_answers_per_worker)"
+        )
     if mech.kind == "numeric":
         ways.append("use laplace, whose noise is drawn afresh for every answer")
     else:
@@ -124,21 +219,25 @@ def _refusal(mech: Mechanism, k: int, per: float, limit: float, whose: str) -> V
 
 
 def check_campaign_epsilon(
-    mech: Mechanism, n_tasks: int, max_epsilon: float, worker_ceiling: float
+    mech: Mechanism,
+    n_tasks: int,
+    max_epsilon: float,
+    worker_ceiling: float,
+    max_answers: int | None = None,
 ) -> tuple[float, float]:
-    """The figures of a worker who answers every task in one submission (:func:`figures` of
-    :func:`answers_per_draw`), or a ValidationError naming them if the per-answer one is not
-    finite, above the server's ceiling ``max_epsilon``, or past the workers' default ceiling
-    ``worker_ceiling`` through the shared draw alone (above both it and what the mechanism
-    states for one answer): a campaign that states a figure default workers accept while
-    every one who answers all its tasks at once would refuse it."""
+    """The figures of a worker who answers every task it may (all, or ``max_answers``) in one
+    submission (:func:`figures` of :func:`answers_per_draw`), or a ValidationError naming them
+    if the per-answer one is not finite, above the server's ceiling ``max_epsilon``, or past
+    the workers' default ceiling ``worker_ceiling`` through the shared draw alone (above both
+    it and what the mechanism states for one answer): a campaign that states a figure default
+    workers accept while every one who answers all its tasks at once would refuse it."""
     if whole_row(mech) and n_tasks > MAX_REPORTS:
         # Its figures would be those of a release no submission can carry.
         raise ValidationError(
             f"{mech.name} releases a worker's whole row in one submission, which carries at "
             f"most {MAX_REPORTS} reports; this campaign has {n_tasks} tasks. Split it."
         )
-    k = answers_per_draw(mech, n_tasks)
+    k = answers_per_draw(mech, n_tasks, max_answers)
     per, whole = figures(mech, k)
     if not (math.isfinite(per) and per <= max_epsilon * (1 + 1e-9)):  # 1e-9: float rounding
         raise _refusal(mech, k, per, max_epsilon, "this server's ceiling")

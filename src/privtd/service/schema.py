@@ -37,6 +37,8 @@ campaigns = sa.Table(
     # max_workers caps the enrolled workers either way (None: no cap).
     sa.Column("open_enrolment", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("max_workers", sa.Integer, nullable=True),
+    # The most answers one worker may report in the campaign (None: every task).
+    sa.Column("max_answers_per_worker", sa.Integer, nullable=True),
 )
 
 tasks = sa.Table(
@@ -59,6 +61,10 @@ workers = sa.Table(
     # What the worker has released so far, composed (the server's copy of the client's budget).
     sa.Column("spent_epsilon", sa.Float, nullable=False, default=0.0),
     sa.Column("enrolled_at", sa.DateTime(timezone=True), nullable=False),
+    # The SHA-256 hash of the worker's recovery code, shown once at enrolment: redeemed once
+    # for a fresh token of this same row (same spent_epsilon), and replaced when redeemed.
+    # None for workers enrolled before recovery codes existed.
+    sa.Column("recovery_hash", sa.String(64), nullable=True),
     sa.UniqueConstraint("campaign_id", "name", name="uq_workers_name"),
 )
 
@@ -123,4 +129,5 @@ runs = sa.Table(
 
 sa.Index("ix_runs_campaign", runs.c.campaign_id, runs.c.created_at)
 sa.Index("ix_workers_campaign", workers.c.campaign_id)
+sa.Index("ix_workers_recovery", workers.c.recovery_hash, unique=True)
 sa.Index("ix_enrolment_codes_campaign", enrolment_codes.c.campaign_id)

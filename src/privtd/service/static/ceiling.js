@@ -233,3 +233,61 @@ export function record(storage, ceiling, key, campaignTotal) {
   ceiling.spent[key] = Math.max(Number(ceiling.spent[key] || 0), campaignTotal);
   saveCeiling(storage, ceiling);
 }
+
+// The most of `k` answers one submission may carry whose figures keep within `room` for the
+// whole release and the ceiling per answer (0 if none; all or nothing for a whole row).
+export function answersWithin(mechanism, labels, ceiling, room, k, wholeRow = false) {
+  const within = (j) => {
+    const f = releaseFigures(mechanism, labels, j);
+    return f !== null && f.whole <= room * (1 + 1e-12) && f.perAnswer <= ceiling.perAnswer * (1 + 1e-9);
+  };
+  if (wholeRow) return within(k) ? k : 0;
+  let lo = 0, hi = 1;
+  while (hi < k && within(hi)) { lo = hi; hi = Math.min(2 * hi, k); }
+  if (hi === k && within(k)) return k;
+  hi -= 1;
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi + 1) / 2);
+    if (within(mid)) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// What the campaign would cost this worker, shown before the first answer: `all`, the tasks
+// it may answer (every task, or the campaign's cap per worker, at most one submission's
+// 20,000); `cost`, the epsilon of answering them all in one submission; `room`, what it may
+// still spend here (the campaign's budget left, and its lifetime ceiling left: the same sum
+// refuseSpend checks); `fits`, the most tasks one submission can answer within both and the
+// per-answer ceiling; `text`, one paragraph saying so. null where the page has no figures.
+export function campaignPlan(ceiling, campaign, key, spent = 0) {
+  const m = campaign.mechanism;
+  const cap = campaign.max_answers_per_worker ?? campaign.n_tasks;
+  const all = campaign.whole_row ? campaign.n_tasks : Math.min(campaign.n_tasks, cap, 20000);
+  const figures = releaseFigures(m, campaign.labels, all);
+  if (figures === null) return null;
+  const budgetLeft = Number(campaign.budget) - spent;
+  const lifetimeLeft = ceiling.lifetime - (lifetimeTotal(ceiling) - Number(ceiling.spent[key] || 0)) - spent;
+  const room = Math.max(Math.min(budgetLeft, lifetimeLeft), 0);
+  const fits = answersWithin(m, campaign.labels, ceiling, room, all, campaign.whole_row);
+  const capped = !campaign.whole_row && cap < campaign.n_tasks
+    ? ` (of ${campaign.n_tasks}: the campaign takes at most ${cap} per worker)` : "";
+  let text = `Answering all ${all} tasks${capped} in one submission costs epsilon ` +
+    `${figures.whole.toFixed(3)}. You can still spend ${room.toFixed(3)} here (the campaign's ` +
+    `budget leaves ${Math.max(budgetLeft, 0).toFixed(3)}; your lifetime ceiling of ` +
+    `${ceiling.lifetime} leaves ${Math.max(lifetimeLeft, 0).toFixed(3)}): `;
+  if (fits >= all) {
+    text += `you can answer all ${all}.`;
+  } else if (campaign.whole_row) {
+    text += `your whole row does not fit, so you cannot take part as things stand.`;
+  } else {
+    text += `you can answer ${fits} of the ${all} tasks in one submission; answer at most ${fits}`;
+    if (figures.whole > room * (1 + 1e-12)) {
+      text += lifetimeLeft < budgetLeft
+        ? ", or raise your lifetime ceiling below only if you accept that."
+        : "; the campaign's budget allows no more.";
+    } else {
+      text += " at once (more would pass your ceiling per answer; each submission draws afresh).";
+    }
+  }
+  return { all, cost: figures.whole, room, fits, text };
+}
