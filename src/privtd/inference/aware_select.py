@@ -77,9 +77,10 @@ def pooled_answers(answers: Answers) -> Answers:
 
 
 class AwareSelect(Estimator):
-    """The perturbation-aware default: of a pooled confusion, one accuracy per worker and a full
-    confusion per worker (each composed with the mechanism's channel), the model with the best
-    held-out predictive likelihood of the answers (see module doc).
+    """Of a pooled confusion, one accuracy per worker and a full confusion per worker (each
+    composed with the mechanism's channel), the model with the best held-out predictive
+    likelihood of the answers (see module doc). Under two-layer RR the pooled model has one flip
+    for the crowd, whose reports it sees through the mean channel ``R_{E f}``.
 
     Parameters
     ----------
