@@ -34,6 +34,7 @@ Writes benchmarks/results/class_prior.txt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import time
 import warnings
@@ -198,34 +199,37 @@ def main() -> None:
         for epsilon in args.epsilons
     ]
     jobs = [(*s, seed) for s in settings for seed in range(args.seeds)]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(cell, jobs, chunksize=1)
-    else:
-        results = [cell(job) for job in jobs]
     met = {"dflt": 0, "sel": 0}
-    for i, (name, mech_name, epsilon) in enumerate(settings):
-        got = setting(results[i * args.seeds : (i + 1) * args.seeds])
-        cells = [f"{got[k][0]:.3f}/{got[k][1]:.3f}" if k in got else f"{'-':>11s}" for k in keys]
-        target = max(got["mv"][0], got["ds"][0]) - MARGIN
-        flags = []
-        for k in met:
-            ok = got[k][0] >= target
-            met[k] += ok
-            flags.append(f"{'yes' if ok else 'NO':>5s}")
-        chose = "/".join(
-            str(int(got.get(f"chose:{c}", np.zeros(2))[0]))
-            for c in ("pooled", "aware-one-coin", "aware-ds")
-        )
-        line = (
-            f"{name:14s} {mech_name:9s} {epsilon:4g} "
-            + " ".join(f"{c:>13s}" for c in cells)
-            + " "
-            + " ".join(flags)
-            + f" {chose:>8s}"
-        )
-        lines.append(line)
-        print(line, flush=True)
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.jobs))
+            results = pool.imap(cell, jobs, chunksize=1)  # in order, as they finish
+        else:
+            results = map(cell, jobs)
+        for name, mech_name, epsilon in settings:
+            got = setting([next(results) for _ in range(args.seeds)])
+            cells = [
+                f"{got[k][0]:.3f}/{got[k][1]:.3f}" if k in got else f"{'-':>11s}" for k in keys
+            ]
+            target = max(got["mv"][0], got["ds"][0]) - MARGIN
+            flags = []
+            for k in met:
+                ok = got[k][0] >= target
+                met[k] += ok
+                flags.append(f"{'yes' if ok else 'NO':>5s}")
+            chose = "/".join(
+                str(int(got.get(f"chose:{c}", np.zeros(2))[0]))
+                for c in ("pooled", "aware-one-coin", "aware-ds")
+            )
+            line = (
+                f"{name:14s} {mech_name:9s} {epsilon:4g} "
+                + " ".join(f"{c:>13s}" for c in cells)
+                + " "
+                + " ".join(flags)
+                + f" {chose:>8s}"
+            )
+            lines.append(line)
+            print(line, flush=True)
     lines.append(
         f"# target met: dflt {met['dflt']}/{len(settings)}, sel {met['sel']}/{len(settings)}"
     )
