@@ -27,7 +27,14 @@ CHANNELS = {
 }
 TOLD = [
     f"{method}@{channel}"
-    for method in ["aware-one-coin", "aware-ds", "aware-glad", "aware-mace", "aware-zencrowd"]
+    for method in [
+        "aware-one-coin",
+        "aware-ds",
+        "aware-select",
+        "aware-glad",
+        "aware-mace",
+        "aware-zencrowd",
+    ]
     for channel in ["one-layer", "two-layer"]
 ]
 
@@ -40,6 +47,7 @@ CATEGORICAL = [
     "one-coin-ds",
     "aware-one-coin",
     "aware-ds",
+    "aware-select",
     "lc",
     "private-ds",
     "wawa",
@@ -638,7 +646,11 @@ def test_multi_label_types_give_the_same_truths(method, coding):
 
 @pytest.mark.parametrize(
     "method",
-    [pytest.param(m, marks=ONE_WORKER_OPEN) if m == "aware-ds" else m for m in MULTI_METHODS],
+    # aware-select without a mechanism chooses among models that include aware-ds.
+    [
+        pytest.param(m, marks=ONE_WORKER_OPEN) if m in ("aware-ds", "aware-select") else m
+        for m in MULTI_METHODS
+    ],
 )
 def test_multi_label_one_worker_and_one_task(method):
     data = multi_toy()

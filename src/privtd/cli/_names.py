@@ -19,6 +19,7 @@ METHOD_NAMES = (
     "one-coin-ds",
     "aware-one-coin",
     "aware-ds",
+    "aware-select",
     "aware-gaussian",
     "lc",
     "raykar",

@@ -38,6 +38,7 @@ from ._names import MECHANISM_NAMES, METHOD_NAMES
 AWARE_WITHOUT_MECHANISM = {
     "aware-one-coin": "a one-coin model with a learned accuracy prior (as one-coin-ds)",
     "aware-ds": "Dawid-Skene with a Dirichlet prior on the confusions (as ds)",
+    "aware-select": "the choice among a pooled confusion, aware-one-coin and aware-ds, no channel",
     "aware-gaussian": "a hierarchical Gaussian model with a learned variance law",
     "aware-glad": "plain glad",
     "aware-mace": "plain mace",

@@ -12,6 +12,7 @@ from ._base import Estimator
 from .aware_dawid_skene import AwareDawidSkene
 from .aware_gaussian import AwareGaussian
 from .aware_null import AwareNull
+from .aware_select import AwareSelect
 from .binary_relevance import BinaryRelevance
 from .catd import CATD
 from .crh import CRH
@@ -50,6 +51,7 @@ __all__ = [
     "AwareDawidSkene",
     "AwareGaussian",
     "AwareNull",
+    "AwareSelect",
     "LatentClass",
     "Raykar",
     "WeightedAverage",
@@ -92,6 +94,7 @@ METHODS: dict[str, type[Estimator]] = {
     "one-coin-ds": OneCoinDawidSkene,
     "aware-one-coin": AwareOneCoin,
     "aware-ds": AwareDawidSkene,
+    "aware-select": AwareSelect,
     "aware-gaussian": AwareGaussian,
     "lc": LatentClass,
     "raykar": Raykar,
@@ -146,6 +149,7 @@ AWARE_METHODS = frozenset(
     {
         "aware-one-coin",
         "aware-ds",
+        "aware-select",
         "aware-gaussian",
         "aware-null",
         "aware-glad",
