@@ -536,10 +536,14 @@ class Requester:
         method: str | None = None,
         open_enrolment: bool = False,
         max_workers: int | None = None,
+        adaptive: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description.
         Workers enrol with codes from :meth:`issue_codes`; ``open_enrolment`` lets anyone enrol
-        (fake workers included: the description's ``warning`` says so)."""
+        (fake workers included: the description's ``warning`` says so). ``adaptive``: adaptive
+        redundancy's settings (``target``, ``max_per_task``, ``min_per_task``, ``batch``,
+        ``max_answers``; docs/service.md), so that each worker is handed the least settled
+        tasks only."""
         body = {
             "name": name,
             "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
@@ -552,6 +556,8 @@ class Requester:
             "open_enrolment": open_enrolment,
             "max_workers": max_workers,
         }
+        if adaptive is not None:
+            body["adaptive"] = dict(adaptive)
         # Not retried: a create whose answer was lost would make a second campaign.
         return dict(self._call("POST", "/campaigns", body, retries=0))
 

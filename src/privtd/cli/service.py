@@ -305,6 +305,13 @@ def campaign() -> None:
     "workers, each with a fresh budget; by default workers need a code ('campaign codes').",
 )
 @click.option("--max-workers", type=click.IntRange(min=1), help="Admit at most this many workers.")
+@click.option(
+    "--adaptive",
+    metavar="SETTINGS",
+    help="Adaptive redundancy: hand each worker the least settled tasks only, until each "
+    "reaches a target confidence. A target (0.95), or KEY=VALUE,... of target, max_per_task, "
+    "min_per_task, batch and max_answers (the campaign's answer budget); docs/service.md.",
+)
 @TOKEN
 def campaign_create(
     url: str,
@@ -318,6 +325,7 @@ def campaign_create(
     name: str,
     open_enrolment: bool,
     max_workers: int | None,
+    adaptive: str | None,
     token: str,
 ) -> None:
     """Create a campaign on the server at URL; prints its id and the workers' page. Workers
@@ -348,6 +356,7 @@ def campaign_create(
         method=method,
         open_enrolment=open_enrolment,
         max_workers=max_workers,
+        adaptive=None if adaptive is None else _adaptive_settings(adaptive),
     )
     click.echo(made["id"])
     if made.get("warning"):
@@ -357,6 +366,23 @@ def campaign_create(
         f"method {made['method']}; workers open {url.rstrip('/')}/collect?campaign={made['id']}",
         err=True,
     )
+    if made.get("adaptive"):
+        a = made["adaptive"]
+        cap = "" if a["max_answers"] is None else f"; {a['max_answers']} reports in all at most"
+        click.echo(
+            f"adaptive redundancy: each worker is handed up to {a['batch']} of the least settled "
+            f"tasks it has not answered, until each reaches confidence {a['target']:g} "
+            f"({a['min_per_task']} to {a['max_per_task']} reports a task{cap})",
+            err=True,
+        )
+
+
+def _adaptive_settings(text: str) -> dict[str, Any]:
+    """``--adaptive``: a bare target, or KEY=VALUE pairs separated by commas."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) == 1 and "=" not in parts[0]:
+        parts = [f"target={parts[0]}"]
+    return _parse_params(tuple(parts), "--adaptive")
 
 
 def _figures(mech: dict[str, Any], worker: bool = False) -> str:

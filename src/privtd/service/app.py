@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..client import DEFAULT_MAX_EPSILON_PER_ANSWER
 from ..errors import PrivtdError
-from . import aggregate, campaigns, db, requesters
+from . import adaptive, aggregate, campaigns, db, requesters
 from .access_log import AccessLog
 from .schema import campaigns as t_campaigns
 from .schema import enrolment_codes as t_codes
@@ -89,6 +89,22 @@ class TaskIn(Strict):
     text: Text = Field(default="", max_length=10_000)
 
 
+class AdaptiveIn(Strict):
+    """A campaign's adaptive redundancy (``privtd.inference.adaptive.AdaptiveRedundancy``)."""
+
+    target: float = Field(
+        default=0.95, gt=0, lt=1, description="Confidence at which a task is settled."
+    )
+    max_per_task: int = Field(default=10, ge=1, le=1_000_000, description="Reports a task.")
+    min_per_task: int = Field(
+        default=1, ge=0, le=1_000_000, description="Reports every task gets first."
+    )
+    batch: int = Field(default=20, ge=1, le=MAX_REPORTS, description="Tasks handed at a time.")
+    max_answers: int | None = Field(
+        default=None, ge=1, le=2**53, description="The campaign's answer budget (reports)."
+    )
+
+
 class CampaignIn(Strict):
     name: Text = Field(min_length=1, max_length=200)
     tasks: list[TaskIn] = Field(min_length=1, max_length=1_000_000)
@@ -106,6 +122,12 @@ class CampaignIn(Strict):
         "included), each with a fresh budget: prefer codes (POST /campaigns/ID/codes).",
     )
     max_workers: int | None = Field(default=None, ge=1, le=10_000_000)
+    adaptive: AdaptiveIn | None = Field(
+        default=None,
+        description="Adaptive redundancy: each worker's task list holds the least settled "
+        "tasks only, until each reaches the target confidence or its cap, or the campaign its "
+        "answer budget (docs/service.md).",
+    )
 
 
 class MechanismOut(BaseModel):
@@ -137,6 +159,8 @@ class CampaignOut(BaseModel):
     #: Numeric mechanisms: the reports the server accepts (an honest release falls outside with
     #: probability at most 1e-12 per report); None where the output domain is finite.
     report_range: list[float] | None
+    #: Adaptive redundancy's settings (None: every worker is handed every task).
+    adaptive: dict[str, Any] | None = None
     #: Set when the campaign is made with open enrolment.
     warning: str | None = None
 
@@ -480,6 +504,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             open_enrolment=row.open_enrolment,
             max_workers=row.max_workers,
             report_range=None if bounds is None else list(bounds),
+            adaptive=row.adaptive,
             warning=OPEN_WARNING if row.open_enrolment else None,
         )
 
@@ -493,6 +518,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         campaigns.check_report_range(mech)
         labels = campaigns.check_labels(mech, body.labels)
         method = campaigns.pick_method(mech, body.method)
+        settings = None
+        if body.adaptive is not None:
+            settings = adaptive.check(mech, body.adaptive.model_dump(), len(labels or ()))
         keys = [t.key for t in body.tasks]
         if len(set(keys)) != len(keys):
             raise HTTPException(422, "tasks: task keys must be distinct.")
@@ -511,6 +539,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     created_at=now(),
                     open_enrolment=body.open_enrolment,
                     max_workers=body.max_workers,
+                    adaptive=settings,
                 )
             )
             conn.execute(
@@ -741,9 +770,25 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
 
     @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
     def list_tasks(campaign_id: str, authorization: Auth = None) -> list[TaskOut]:
+        """The tasks to answer: all of them, or under adaptive redundancy those of the least
+        settled that this worker has not answered, most needed first (none once every task is
+        settled or capped, or the answer budget is spent)."""
         with engine.connect() as conn:
-            campaign_row(conn, campaign_id)
-            worker(conn, campaign_id, authorization)
+            row = campaign_row(conn, campaign_id)
+            who = worker(conn, campaign_id, authorization)
+            if row.adaptive is not None:
+                mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
+                picked = adaptive.next_tasks(conn, row, mech, who.id)
+                found = dict(
+                    (r.position, r)
+                    for r in conn.execute(
+                        sa.select(t_tasks.c.position, t_tasks.c.key, t_tasks.c.text).where(
+                            t_tasks.c.campaign_id == campaign_id,
+                            t_tasks.c.position.in_(picked),
+                        )
+                    )
+                )
+                return [TaskOut(key=found[p].key, text=found[p].text) for p in picked]
             rows = conn.execute(
                 sa.select(t_tasks.c.key, t_tasks.c.text)
                 .where(t_tasks.c.campaign_id == campaign_id)

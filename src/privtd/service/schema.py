@@ -37,6 +37,9 @@ campaigns = sa.Table(
     # max_workers caps the enrolled workers either way (None: no cap).
     sa.Column("open_enrolment", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("max_workers", sa.Integer, nullable=True),
+    # Adaptive redundancy's settings (target, min/max per task, batch, max answers): the task
+    # list hands each worker the least settled tasks. None: every worker sees every task.
+    sa.Column("adaptive", sa.JSON(none_as_null=True), nullable=True),
 )
 
 tasks = sa.Table(
