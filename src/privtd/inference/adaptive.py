@@ -67,11 +67,12 @@ class TaskPosteriors:
     probas : ndarray, (n_tasks, K)
         Each task's posterior over the labels (the class prior for a task without reports).
     accuracy : float
-        The pooled accuracy of a worker's own answer, before the channel.
+        The pooled accuracy of a worker's own answer, before the channel (NaN for a fitted
+        estimator's posteriors, :meth:`AdaptiveRedundancy.posteriors_of`).
     prior : ndarray, (K,)
         The class prior the posteriors were read with (uniform by default).
     n_iter : int
-        EM passes.
+        EM passes (the estimator's, for :meth:`AdaptiveRedundancy.posteriors_of`).
     """
 
     probas: np.ndarray
@@ -131,7 +132,6 @@ class AdaptiveRedundancy:
     max_answers: int | None = None
     accuracy: float = 0.7
     class_prior: str = "uniform"
-    priority: str = "confidence"
     max_iter: int = 100
     tol: float = 1e-6
 
@@ -232,6 +232,38 @@ class AdaptiveRedundancy:
         mu /= mu.sum(axis=1, keepdims=True)
         return mu, lik
 
+    def posteriors_of(self, estimator: Any, tasks: Any) -> TaskPosteriors:
+        """A fitted estimator's posteriors (its ``probas_``) over ``tasks`` (a task index, in
+        the order of the counts; a task the fit did not see gets the uniform posterior),
+        read with this policy's class prior: under ``class_prior="uniform"`` the estimator's
+        fitted class prior is divided out, as the "balanced" decision does. Workers are then
+        weighed as the estimator weighs them, where the pooled model weighs them alike: under
+        two-layer randomized response, whose workers' flips differ, that matters most
+        (``benchmarks/results/adaptive.txt``)."""
+        import pandas as pd
+
+        from .decision import fitted_prior
+
+        probas = getattr(estimator, "probas_", None)
+        if not isinstance(probas, pd.DataFrame):
+            raise ValidationError(
+                f"{type(estimator).__name__} has no posteriors (probas_) to rank tasks by; use "
+                "the pooled model (AdaptiveRedundancy.posteriors)."
+            )
+        mu = probas.reindex(pd.Index(tasks)).to_numpy(dtype=float, copy=True)
+        k = mu.shape[1]
+        mu[np.isnan(mu).any(axis=1)] = 1.0 / k
+        prior = np.full(k, 1.0 / k)
+        fitted = fitted_prior(estimator)
+        if fitted is not None:
+            if self.class_prior == "uniform":
+                mu = mu / np.maximum(fitted.reindex(probas.columns).to_numpy(dtype=float), 1e-300)
+                mu /= mu.sum(axis=1, keepdims=True)
+            else:
+                prior = fitted.reindex(probas.columns).to_numpy(dtype=float)
+        n_iter = int(getattr(estimator, "n_iter_", 0))
+        return TaskPosteriors(probas=mu, accuracy=float("nan"), prior=prior, n_iter=n_iter)
+
     # ------------------------------------------------------------------ the policy
     def open_tasks(self, counts: np.ndarray, posteriors: TaskPosteriors) -> np.ndarray:
         """Which tasks still want answers: below ``max_per_task`` reports, and below
@@ -246,6 +278,7 @@ class AdaptiveRedundancy:
         counts: np.ndarray,
         mechanism: Any = None,
         *,
+        posteriors: TaskPosteriors | None = None,
         exclude: np.ndarray | None = None,
         n_answers: int | None = None,
         rng: RNGLike = None,
@@ -259,6 +292,10 @@ class AdaptiveRedundancy:
             reports of every worker but the one being served (see ``docs/service.md``).
         mechanism : Mechanism or None
             The campaign's mechanism (its channel); None for raw answers.
+        posteriors : TaskPosteriors, optional
+            The posteriors to rank by: by default the pooled model's (:meth:`posteriors`);
+            :meth:`posteriors_of` reads a fitted estimator's, which weigh each worker by its
+            own accuracy.
         exclude : bool ndarray (n_tasks,), optional
             Tasks not to hand this worker (those it already answered).
         n_answers : int, optional
@@ -281,7 +318,12 @@ class AdaptiveRedundancy:
             room = min(room, self.max_answers - spent)
         if room <= 0 or n_tasks == 0:
             return np.zeros(0, dtype=np.int64)
-        post = self.posteriors(counts, mechanism)
+        post = self.posteriors(counts, mechanism) if posteriors is None else posteriors
+        if post.probas.shape != counts.shape:
+            raise ValidationError(
+                f"The posteriors cover {post.probas.shape} tasks x labels; the counts "
+                f"{counts.shape}. Read them over the same tasks."
+            )
         candidate = self.open_tasks(counts, post)
         if exclude is not None:
             exclude = np.asarray(exclude, dtype=bool)
@@ -300,10 +342,7 @@ class AdaptiveRedundancy:
         # lexsort's last key sorts first: below the minimum, then least settled, then fewest
         # reports, then at random.
         below = n < self.min_per_task
-        if self.priority == "confidence":
-            order = np.lexsort((jitter, n, confidence, np.where(below, n, 0), ~below))
-        else:
-            order = np.lexsort((jitter, confidence, n))
+        order = np.lexsort((jitter, n, confidence, np.where(below, n, 0), ~below))
         out: np.ndarray = idx[order[:room]].astype(np.int64)
         return out
 

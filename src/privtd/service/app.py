@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, overload
+from typing import Annotated, Any, Literal, overload
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
@@ -102,6 +102,11 @@ class AdaptiveIn(Strict):
     batch: int = Field(default=20, ge=1, le=MAX_REPORTS, description="Tasks handed at a time.")
     max_answers: int | None = Field(
         default=None, ge=1, le=2**53, description="The campaign's answer budget (reports)."
+    )
+    model: Literal["method", "pooled"] = Field(
+        default="method",
+        description="Whose posteriors rank the tasks: the campaign's method fitted on the "
+        "other workers' reports, or a pooled model (no fit; for large campaigns).",
     )
 
 
