@@ -310,7 +310,8 @@ def campaign() -> None:
     metavar="SETTINGS",
     help="Adaptive redundancy: hand each worker the least settled tasks only, until each "
     "reaches a target confidence. A target (0.95), or KEY=VALUE,... of target, max_per_task, "
-    "min_per_task, batch and max_answers (the campaign's answer budget); docs/service.md.",
+    "min_per_task, batch, max_answers (the campaign's answer budget) and model (method: the "
+    "campaign's method ranks the tasks; pooled: a faster model); docs/service.md.",
 )
 @TOKEN
 def campaign_create(
@@ -372,7 +373,8 @@ def campaign_create(
         click.echo(
             f"adaptive redundancy: each worker is handed up to {a['batch']} of the least settled "
             f"tasks it has not answered, until each reaches confidence {a['target']:g} "
-            f"({a['min_per_task']} to {a['max_per_task']} reports a task{cap})",
+            f"({a['min_per_task']} to {a['max_per_task']} reports a task{cap}; ranked by the "
+            f"{'campaign method' if a.get('model', 'method') == 'method' else 'pooled model'})",
             err=True,
         )
 

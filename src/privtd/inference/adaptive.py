@@ -22,6 +22,12 @@ The posterior is read with a uniform class prior by default: it is then the evid
 "balanced" decision reads (``privtd.inference.decision``), which the perturbation-aware methods
 take under a mechanism, and a skewed learned prior cannot declare every task settled before its
 answers say anything (``class_prior="learned"`` reads it with the fitted prior).
+
+The pooled model weighs every report alike. A fitted estimator weighs each worker by its own
+accuracy, which matters most under two-layer randomized response (each worker's flip is its
+own): :meth:`AdaptiveRedundancy.posteriors_of` reads its posteriors for the policy to rank by
+(what the service does by default). ``benchmarks/bench_adaptive.py`` replays the bundled data
+sets under both (``benchmarks/results/adaptive.txt``).
 """
 
 from __future__ import annotations
@@ -193,9 +199,13 @@ class AdaptiveRedundancy:
         channel = channel_matrix(mechanism, k, owner="AdaptiveRedundancy")
         c_mat = np.eye(k) if channel is None else channel
         rho = c_mat.sum(axis=1)  # P(report r) summed over the answers: 1 for randomized response
-        answered = counts.sum(axis=1) > 0
-        pooled = counts.T @ np.ones(n_tasks)  # reports of each label
-        total = float(pooled.sum())
+        # A task's posterior depends on its counts alone: EM runs over the distinct rows of
+        # counts (a few hundred however many tasks), each weighed by how many tasks share it.
+        rows, inverse, weight = _distinct_rows(counts)
+        weight = weight.astype(float)
+        weighted = rows * weight[:, None]
+        answered = rows.sum(axis=1) > 0
+        total = float(weighted.sum())
         learned = self.class_prior == "learned"
         s = float(self.accuracy)
         prior = np.full(k, 1.0 / k)
@@ -204,20 +214,20 @@ class AdaptiveRedundancy:
         floor = 1.0 / k + 1e-3
         n_iter = 0
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - the pass count is reported
-            mu, lik = self._estep(counts, c_mat, rho, s, prior)
-            stats = counts.T @ mu  # [r, l]: expected reports r on tasks of truth l
+            mu, lik = self._estep(rows, c_mat, rho, s, prior)
+            stats = weighted.T @ mu  # [r, l]: expected reports r on tasks of truth l
             correct = float((stats * s * c_mat / lik).sum())
             new_s = (correct + PRIOR_ANSWERS * self.accuracy) / (total + PRIOR_ANSWERS)
             new_s = min(max(new_s, floor), 1.0 - 1e-9)
             new_prior = prior
             if learned:
-                new_prior = (mu[answered].sum(axis=0) + 1.0) / (answered.sum() + k)
+                new_prior = (weight[answered] @ mu[answered] + 1.0) / (weight[answered].sum() + k)
             moved = max(abs(new_s - s), float(np.abs(new_prior - prior).max()))
             s, prior = new_s, new_prior
             if moved < self.tol:
                 break
-        mu, _ = self._estep(counts, c_mat, rho, s, prior)
-        return TaskPosteriors(probas=mu, accuracy=s, prior=prior, n_iter=n_iter)
+        mu, _ = self._estep(rows, c_mat, rho, s, prior)
+        return TaskPosteriors(probas=mu[inverse], accuracy=s, prior=prior, n_iter=n_iter)
 
     @staticmethod
     def _estep(
@@ -338,13 +348,37 @@ class AdaptiveRedundancy:
         n = counts.sum(axis=1)[idx]
         # Rounded so that tasks with the same counts tie exactly whatever the float noise.
         confidence = np.round(post.confidence[idx], 9)
+        below = n < self.min_per_task
+        if idx.size > room:
+            # Only the first ``room`` in the order below are needed: keep the tasks whose
+            # leading key (reports short of the minimum, then confidence) is at most the
+            # room-th smallest, ties included, and sort those.
+            lead = np.where(below, n - self.min_per_task, confidence)
+            kth = np.partition(lead, room - 1)[room - 1]
+            keep = lead <= kth
+            idx, n, confidence, below = idx[keep], n[keep], confidence[keep], below[keep]
         jitter = check_rng(rng).random(idx.size)
         # lexsort's last key sorts first: below the minimum, then least settled, then fewest
         # reports, then at random.
-        below = n < self.min_per_task
         order = np.lexsort((jitter, n, confidence, np.where(below, n, 0), ~below))
         out: np.ndarray = idx[order[:room]].astype(np.int64)
         return out
+
+
+def _distinct_rows(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows of ``counts``, each task's row among them, and how many tasks share
+    each: whole counts are packed into one integer per task first (one sort of integers,
+    not of rows)."""
+    top = float(counts.max()) + 1.0 if counts.size else 1.0
+    k = counts.shape[1]
+    if np.array_equal(counts, np.round(counts)) and k * np.log2(top) < 62:
+        key = counts.astype(np.int64) @ (int(top) ** np.arange(k, dtype=np.int64))
+        _, first, inverse, weight = np.unique(
+            key, return_index=True, return_inverse=True, return_counts=True
+        )
+        return counts[first], inverse.reshape(-1), weight
+    rows, inverse, weight = np.unique(counts, axis=0, return_inverse=True, return_counts=True)
+    return rows, inverse.reshape(-1), weight
 
 
 def _check_counts(counts: np.ndarray) -> np.ndarray:
