@@ -137,3 +137,12 @@ def test_answers_spent_where_needed_beat_uniform_redundancy():
     # seeds), so asking for 0.02 leaves two and a half standard errors.
     assert adaptive.mean() <= uniform.mean() - 0.02, (uniform, adaptive)
     assert math.isclose(uniform.mean(), 0.29, abs_tol=0.05)
+
+
+def test_docstring_example_runs():
+    import doctest
+
+    import privtd.inference.adaptive
+
+    result = doctest.testmod(privtd.inference.adaptive)
+    assert result.attempted > 0 and result.failed == 0
