@@ -784,15 +784,15 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             if row.adaptive is not None:
                 mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
                 picked = adaptive.next_tasks(conn, row, mech, who.id)
-                found = dict(
-                    (r.position, r)
+                found = {
+                    r.position: r
                     for r in conn.execute(
                         sa.select(t_tasks.c.position, t_tasks.c.key, t_tasks.c.text).where(
                             t_tasks.c.campaign_id == campaign_id,
                             t_tasks.c.position.in_(picked),
                         )
                     )
-                )
+                }
                 return [TaskOut(key=found[p].key, text=found[p].text) for p in picked]
             rows = conn.execute(
                 sa.select(t_tasks.c.key, t_tasks.c.text)
