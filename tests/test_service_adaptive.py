@@ -199,3 +199,18 @@ def test_campaign_create_takes_adaptive(live, tmp_path, capsys):
     assert code == 0 and api.get(f"/campaigns/{out.strip()}").json()["adaptive"]["target"] == 0.99
     code, _, err = cli([*create, *common, "--adaptive", "target=0.3"], capsys)
     assert code != 0 and err.count("\n") == 1 and "above 0.5" in err
+
+
+def test_the_method_ranks_up_to_its_limit_then_the_pooled_model(api, monkeypatch):
+    from privtd.service import adaptive
+
+    calls = []
+    fitted = adaptive._fitted
+    monkeypatch.setattr(adaptive, "_fitted", lambda *a: calls.append(1) or fitted(*a))
+    made = make_campaign(api, epsilon=2.0, adaptive={"batch": 5})
+    cid = made["id"]
+    answer(api, cid, made, enrol(api, cid, "w0"), [f"t{i}" for i in range(20)], "yes", "a")
+    alice = enrol(api, cid, "alice")
+    assert len(tasks(api, cid, alice)) == 5 and calls == [1]
+    monkeypatch.setattr(adaptive, "METHOD_LIMIT", 19)  # w0's 20 reports are past it
+    assert len(tasks(api, cid, alice)) == 5 and calls == [1]
