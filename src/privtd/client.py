@@ -704,13 +704,17 @@ class Requester:
         max_workers: int | None = None,
         max_answers_per_worker: int | None = None,
         workers_raise_ceiling: bool = False,
+        adaptive: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A new campaign over ``tasks`` (keys, or {"key", "text"} dicts); its description.
         Workers enrol with codes from :meth:`issue_codes`; ``open_enrolment`` lets anyone enrol
         (fake workers included: the description's ``warning`` says so). The server refuses a
         campaign in which one worker can spend more than the workers' default lifetime ceiling
         (:data:`DEFAULT_MAX_LIFETIME_EPSILON`), unless ``max_answers_per_worker`` caps what each
-        answers or ``workers_raise_ceiling`` says they will raise theirs."""
+        answers or ``workers_raise_ceiling`` says they will raise theirs. ``adaptive``: adaptive
+        redundancy's settings (``target``, ``max_per_task``, ``min_per_task``, ``batch``,
+        ``max_answers``; docs/service.md), so that each worker is handed the least settled
+        tasks only."""
         body = {
             "name": name,
             "tasks": [t if isinstance(t, dict) else {"key": str(t)} for t in tasks],
@@ -728,6 +732,8 @@ class Requester:
             body["max_answers_per_worker"] = max_answers_per_worker
         if workers_raise_ceiling:
             body["workers_raise_ceiling"] = True
+        if adaptive is not None:
+            body["adaptive"] = dict(adaptive)
         # Not retried: a create whose answer was lost would make a second campaign.
         return dict(self._call("POST", "/campaigns", body, retries=0))
 

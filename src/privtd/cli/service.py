@@ -316,6 +316,14 @@ def campaign() -> None:
     help="Accept a campaign in which one worker can spend more than the workers' default "
     "ceiling over all their campaigns (100); tell your workers to raise theirs.",
 )
+@click.option(
+    "--adaptive",
+    metavar="SETTINGS",
+    help="Adaptive redundancy: hand each worker the least settled tasks only, until each "
+    "reaches a target confidence. A target (0.95), or KEY=VALUE,... of target, max_per_task, "
+    "min_per_task, batch, max_answers (the campaign's answer budget) and model (method: the "
+    "campaign's method ranks the tasks; pooled: a faster model); docs/service.md.",
+)
 @TOKEN
 def campaign_create(
     url: str,
@@ -331,6 +339,7 @@ def campaign_create(
     max_workers: int | None,
     max_answers: int | None,
     workers_raise_ceiling: bool,
+    adaptive: str | None,
     token: str,
 ) -> None:
     """Create a campaign on the server at URL; prints its id and the workers' page. Workers
@@ -368,6 +377,7 @@ def campaign_create(
         max_workers=max_workers,
         max_answers_per_worker=max_answers,
         workers_raise_ceiling=workers_raise_ceiling,
+        adaptive=None if adaptive is None else _adaptive_settings(adaptive),
     )
     click.echo(made["id"])
     if made.get("warning"):
@@ -377,6 +387,24 @@ def campaign_create(
         f"method {made['method']}; workers open {url.rstrip('/')}/collect?campaign={made['id']}",
         err=True,
     )
+    if made.get("adaptive"):
+        a = made["adaptive"]
+        cap = "" if a["max_answers"] is None else f"; {a['max_answers']} reports in all at most"
+        click.echo(
+            f"adaptive redundancy: each worker is handed up to {a['batch']} of the least settled "
+            f"tasks it has not answered, until each reaches confidence {a['target']:g} "
+            f"({a['min_per_task']} to {a['max_per_task']} reports a task{cap}; ranked by the "
+            f"{'campaign method' if a.get('model', 'method') == 'method' else 'pooled model'})",
+            err=True,
+        )
+
+
+def _adaptive_settings(text: str) -> dict[str, Any]:
+    """``--adaptive``: a bare target, or KEY=VALUE pairs separated by commas."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) == 1 and "=" not in parts[0]:
+        parts = [f"target={parts[0]}"]
+    return _parse_params(tuple(parts), "--adaptive")
 
 
 def _figures(mech: dict[str, Any], worker: bool = False) -> str:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, overload
+from typing import Annotated, Any, Literal, overload
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..client import DEFAULT_MAX_EPSILON_PER_ANSWER, DEFAULT_MAX_LIFETIME_EPSILON
 from ..errors import PrivtdError
-from . import aggregate, campaigns, db, recovery, requesters
+from . import adaptive, aggregate, campaigns, db, recovery, requesters
 from .access_log import AccessLog
 from .schema import campaigns as t_campaigns
 from .schema import enrolment_codes as t_codes
@@ -90,6 +90,27 @@ class TaskIn(Strict):
     text: Text = Field(default="", max_length=10_000)
 
 
+class AdaptiveIn(Strict):
+    """A campaign's adaptive redundancy (``privtd.inference.adaptive.AdaptiveRedundancy``)."""
+
+    target: float = Field(
+        default=0.95, gt=0, lt=1, description="Confidence at which a task is settled."
+    )
+    max_per_task: int = Field(default=10, ge=1, le=1_000_000, description="Reports a task.")
+    min_per_task: int = Field(
+        default=1, ge=0, le=1_000_000, description="Reports every task gets first."
+    )
+    batch: int = Field(default=20, ge=1, le=MAX_REPORTS, description="Tasks handed at a time.")
+    max_answers: int | None = Field(
+        default=None, ge=1, le=2**53, description="The campaign's answer budget (reports)."
+    )
+    model: Literal["method", "pooled"] = Field(
+        default="method",
+        description="Whose posteriors rank the tasks: the campaign's method fitted on the "
+        "other workers' reports, or a pooled model (no fit; for large campaigns).",
+    )
+
+
 class CampaignIn(Strict):
     name: Text = Field(min_length=1, max_length=200)
     tasks: list[TaskIn] = Field(min_length=1, max_length=1_000_000)
@@ -117,6 +138,12 @@ class CampaignIn(Strict):
         default=False,
         description="Accept a campaign in which one worker can spend more than the workers' "
         "default ceiling over all their campaigns (100): its workers will raise theirs.",
+    )
+    adaptive: AdaptiveIn | None = Field(
+        default=None,
+        description="Adaptive redundancy: each worker's task list holds the least settled "
+        "tasks only, until each reaches the target confidence or its cap, or the campaign its "
+        "answer budget (docs/service.md).",
     )
 
 
@@ -150,6 +177,8 @@ class CampaignOut(BaseModel):
     #: Numeric mechanisms: the reports the server accepts (an honest release falls outside with
     #: probability at most 1e-12 per report); None where the output domain is finite.
     report_range: list[float] | None
+    #: Adaptive redundancy's settings (None: every worker is handed every task).
+    adaptive: dict[str, Any] | None = None
     #: Set when the campaign is made with open enrolment.
     warning: str | None = None
 
@@ -531,6 +560,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
             max_workers=row.max_workers,
             max_answers_per_worker=row.max_answers_per_worker,
             report_range=None if bounds is None else list(bounds),
+            adaptive=row.adaptive,
             warning=OPEN_WARNING if row.open_enrolment else None,
         )
 
@@ -550,6 +580,9 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
         campaigns.check_report_range(mech)
         labels = campaigns.check_labels(mech, body.labels)
         method = campaigns.pick_method(mech, body.method)
+        settings = None
+        if body.adaptive is not None:
+            settings = adaptive.check(mech, body.adaptive.model_dump(), len(labels or ()))
         keys = [t.key for t in body.tasks]
         if len(set(keys)) != len(keys):
             raise HTTPException(422, "tasks: task keys must be distinct.")
@@ -569,6 +602,7 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
                     open_enrolment=body.open_enrolment,
                     max_workers=body.max_workers,
                     max_answers_per_worker=cap,
+                    adaptive=settings,
                 )
             )
             conn.execute(
@@ -904,9 +938,25 @@ def _routes(app: FastAPI, engine: sa.Engine, max_epsilon: float) -> None:
 
     @app.get("/campaigns/{campaign_id}/tasks", response_model=list[TaskOut])
     def list_tasks(campaign_id: str, authorization: Auth = None) -> list[TaskOut]:
+        """The tasks to answer: all of them, or under adaptive redundancy those of the least
+        settled that this worker has not answered, most needed first (none once every task is
+        settled or capped, or the answer budget is spent)."""
         with engine.connect() as conn:
-            campaign_row(conn, campaign_id)
-            worker(conn, campaign_id, authorization)
+            row = campaign_row(conn, campaign_id)
+            who = worker(conn, campaign_id, authorization)
+            if row.adaptive is not None:
+                mech = campaigns.rebuild(row.mechanism, row.mechanism_params)
+                picked = adaptive.next_tasks(conn, row, mech, who.id)
+                found = {
+                    r.position: r
+                    for r in conn.execute(
+                        sa.select(t_tasks.c.position, t_tasks.c.key, t_tasks.c.text).where(
+                            t_tasks.c.campaign_id == campaign_id,
+                            t_tasks.c.position.in_(picked),
+                        )
+                    )
+                }
+                return [TaskOut(key=found[p].key, text=found[p].text) for p in picked]
             rows = conn.execute(
                 sa.select(t_tasks.c.key, t_tasks.c.text)
                 .where(t_tasks.c.campaign_id == campaign_id)

@@ -39,6 +39,9 @@ campaigns = sa.Table(
     sa.Column("max_workers", sa.Integer, nullable=True),
     # The most answers one worker may report in the campaign (None: every task).
     sa.Column("max_answers_per_worker", sa.Integer, nullable=True),
+    # Adaptive redundancy's settings (target, min/max per task, batch, max answers): the task
+    # list hands each worker the least settled tasks. None: every worker sees every task.
+    sa.Column("adaptive", sa.JSON(none_as_null=True), nullable=True),
 )
 
 tasks = sa.Table(

@@ -2,8 +2,8 @@
 redeemed for a fresh token of the same worker. Workers enrolled before this revision have no
 recovery code.
 
-Revision ID: 0005_recovery
-Revises: 0004_tokens
+Revision ID: 0006_recovery
+Revises: 0005_adaptive
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_recovery"
-down_revision = "0004_tokens"
+revision = "0006_recovery"
+down_revision = "0005_adaptive"
 branch_labels = None
 depends_on = None
 
