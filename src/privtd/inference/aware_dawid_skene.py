@@ -207,12 +207,12 @@ class AwareDawidSkene(Estimator):
         frequent class; "uniform" keeps a lone worker's answers. "auto": "uniform" under a
         mechanism over more than two labels, else "learned" (without a mechanism, as
         Dawid-Skene). Why, measured: with the class prior fixed uniform the model met the plain
-        methods' (majority vote's and Dawid-Skene's) balanced accuracy under one-layer and two-layer RR at
-        epsilon 0.5-4 on the bundled dog, web and adult_content sets in all 24 settings over
-        10 seeds, where the one-coin model met it in 20 (adult_content, one-layer RR at epsilon 4:
-        balanced accuracy 0.703 against 0.601; ``benchmarks/results/class_prior.txt``,
-        docs/inference.md; the one-coin model stays ahead on web). Over two labels the learned
-        prior with the balanced decision stays ahead.
+        methods' (majority vote's and Dawid-Skene's) balanced accuracy under one-layer and
+        two-layer RR at epsilon 0.5-4 on the bundled dog, web and adult_content sets in all 24
+        settings over 10 seeds, where the one-coin model met it in 20 (adult_content, one-layer
+        RR at epsilon 4: balanced accuracy 0.703 against 0.601;
+        ``benchmarks/results/class_prior.txt``, docs/inference.md; the one-coin model stays
+        ahead on web). Over two labels the learned prior with the balanced decision stays ahead.
     decision : {None, "map", "balanced"}, default None
         How ``truths_`` are read from the posteriors (``privtd.inference.decision``): "map" the
         most probable label (the Bayes decision for accuracy), "balanced" ``argmax mu / prior``
