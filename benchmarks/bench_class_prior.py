@@ -5,7 +5,8 @@ prior can run to a fixed point where the prior alone explains the answers, and i
 label (the MAP decision) is then the majority class for every task: accuracy equal to that
 class's share, balanced accuracy 0.5. This measures, on the same perturbed answers, majority vote
 (``mv``), Dawid-Skene (``ds``) and the default aware method (``privtd.inference.aware_method``:
-``aware-ds`` over two labels, ``aware-one-coin`` over more) decided three ways: the most probable
+``aware-ds``, its class prior learned over two labels and fixed uniform over more) decided three
+ways: the most probable
 label (``map``), the balanced decision ``argmax mu / prior`` (``bal``), and ``aware-ds`` fitted
 with a fixed uniform class prior (``unif``, at every label count); ``dflt`` is what the estimator's
 ``truths_`` give as shipped. On the synthetic crowd, ``omap`` and ``obal`` decide from the exact
@@ -144,7 +145,7 @@ def cell(job: tuple[str, str, float, int]) -> dict[str, np.ndarray]:
     rows["dflt"] = fit.truths_
     rows["map"] = decide(fit.probas_, "map")
     rows["bal"] = decide(fit.probas_, "balanced", prior=getattr(fit, "priors_", None))
-    # aware-ds with its class prior fixed uniform (over two labels the default's own model).
+    # aware-ds with its class prior fixed uniform (over more than two labels the default).
     uniform = make_estimator("aware-ds", mechanism=mech, class_prior="uniform")
     rows["unif"] = decide(uniform.fit(perturbed).probas_, "map")
     select = make_estimator("aware-select", mechanism=mech, seed=seed).fit(perturbed)

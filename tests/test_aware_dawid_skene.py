@@ -106,7 +106,7 @@ def test_posteriors_match_brute_force_enumeration() -> None:
     answers, _, _ = privtd.datasets.make_categorical(6, 4, 3, answers_per_task=3, rng=0)
     k = answers.n_labels
     mech = TwoLayerRR(0.0, 0.6, 3)
-    est = AwareDawidSkene(mech, max_iter=1)
+    est = AwareDawidSkene(mech, class_prior="learned", max_iter=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", privtd.ConvergenceWarning)
         est.fit(answers)
@@ -293,10 +293,11 @@ def test_the_default_tolerance_follows_the_flip() -> None:
     assert AwareDawidSkene(TwoLayerRR.from_epsilon(1.0), tol=1e-3).fit(answers).tol_ == 1e-3
 
 
-def test_the_default_for_randomized_response_depends_on_the_label_count() -> None:
+def test_the_default_for_randomized_response_is_aware_ds_at_every_label_count() -> None:
     assert aware_method(OneLayerRR.from_epsilon(1.0, 2)) == "aware-ds"
     assert aware_method(TwoLayerRR.from_epsilon(1.0)) == "aware-ds"
-    assert aware_method(OneLayerRR.from_epsilon(1.0, 5)) == "aware-one-coin"
+    assert aware_method(OneLayerRR.from_epsilon(1.0, 5)) == "aware-ds"
+    assert aware_method(TwoLayerRR.from_epsilon(1.0, n_labels=5)) == "aware-ds"
     assert aware_method(ExpGaussian(1.0, 0.0, 1.0)) == "aware-gaussian"
 
 
@@ -316,3 +317,34 @@ def test_bad_mechanism_or_parameters_give_one_line() -> None:
         AwareDawidSkene(prior_diagonal=1.0).fit(answers)
     with pytest.raises(ValidationError, match="prior_strength"):
         AwareDawidSkene(prior_strength=0).fit(answers)
+
+
+@pytest.mark.parametrize(
+    ("k", "mechanism", "expected"),
+    [
+        (3, "one-layer", "uniform"),
+        (3, "two-layer", "uniform"),
+        (2, "one-layer", "learned"),
+        (3, None, "learned"),
+    ],
+)
+def test_auto_class_prior_is_uniform_under_a_mechanism_over_more_than_two_labels(
+    k: int, mechanism: str | None, expected: str
+) -> None:
+    """The default class prior: fixed uniform through the channel over more than two labels,
+    learned over two and without a mechanism; the fit is the one with that prior by name."""
+    prior = np.array([0.7, 0.3]) if k == 2 else np.array([0.6, 0.3, 0.1])
+    answers, _, _ = privtd.datasets.make_categorical(300, 20, k, prior=prior, rng=3)
+    mech = {
+        "one-layer": OneLayerRR.from_epsilon(2.0, k),
+        "two-layer": TwoLayerRR.from_epsilon(2.0, n_labels=k),
+        None: None,
+    }[mechanism]
+    data = answers if mech is None else mech.perturb(answers, rng=4)
+    auto = AwareDawidSkene(mech).fit(data)
+    named = AwareDawidSkene(mech, class_prior=expected).fit(data)
+    assert auto.class_prior_ == expected
+    pd.testing.assert_series_equal(auto.truths_, named.truths_)
+    np.testing.assert_array_equal(auto.priors_.to_numpy(), named.priors_.to_numpy())
+    uniform = np.allclose(auto.priors_.to_numpy(), 1.0 / k, rtol=0, atol=1e-12)
+    assert uniform == (expected == "uniform")

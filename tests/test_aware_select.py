@@ -144,11 +144,6 @@ def test_selection_reaches_the_plain_methods_on_dog_at_epsilon_4():
     assert np.mean(got) >= np.mean(plain) - TARGET_MARGIN, (got, plain)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped default over more than two labels (aware-one-coin) trails Dawid-Skene "
-    "on Dog at epsilon 4 (docs/inference.md, 'Choosing the aware model from the data')",
-)
 def test_default_reaches_the_plain_methods_on_dog_at_epsilon_4():
     got, plain = [], []
     for seed in (0, 1):

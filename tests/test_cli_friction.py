@@ -152,7 +152,7 @@ def test_infer_takes_the_label_count_from_the_answers(four_labels, tmp_path, cap
     assert code == 0, err
     code, _, err = run(["infer", pert, "-M", "one-layer", "-e", "1", "-o", tmp_path / "a"], capsys)
     assert code == 0, err
-    assert err.startswith("aware-one-coin: 40 tasks")
+    assert err.startswith("aware-ds: 40 tasks")
     # perturb found 4 labels, so the report names them, as JSON integers
     summary = json.loads(report.read_text())
     assert summary["labels"] == [0, 1, 2, 3] and summary["parameters"]["n_labels"] == 4
@@ -168,7 +168,7 @@ def test_infer_reads_the_mechanism_from_perturbs_report(four_labels, tmp_path, c
     from_report = tmp_path / "report.csv"
     code, _, err = run(["infer", pert, "--mechanism-report", report, "-o", from_report], capsys)
     assert code == 0, err
-    assert err.startswith("aware-one-coin: 40 tasks")
+    assert err.startswith("aware-ds: 40 tasks")
     # The report's parameters are the calibrated ones: the same model, the same truths.
     assert from_report.read_text() == told.read_text()
 
@@ -384,12 +384,12 @@ def test_aware_null_without_a_mechanism_is_an_error_that_names_it(binary, tmp_pa
 @pytest.mark.parametrize(
     "method, form, default",
     [
-        ("glad", "aware-glad", "aware-one-coin"),
-        ("mace", "aware-mace", "aware-one-coin"),
-        ("zencrowd", "aware-zencrowd", "aware-one-coin"),
-        ("ds", "aware-ds", "aware-one-coin"),
-        ("one-coin-ds", "aware-one-coin", None),
-        ("mv", None, "aware-one-coin"),
+        ("glad", "aware-glad", "aware-ds"),
+        ("mace", "aware-mace", "aware-ds"),
+        ("zencrowd", "aware-zencrowd", "aware-ds"),
+        ("ds", "aware-ds", None),
+        ("one-coin-ds", "aware-one-coin", "aware-ds"),
+        ("mv", None, "aware-ds"),
     ],
 )
 def test_plain_method_with_a_mechanism_suggests_its_own_aware_form(

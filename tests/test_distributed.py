@@ -231,6 +231,9 @@ def test_aware_estimators_same_labels_as_in_memory(
     np.testing.assert_allclose(dist.priors_, mem.priors_, rtol=1e-9)
     if method == "aware-ds":
         np.testing.assert_allclose(dist.confusions_, mem.confusions_, rtol=1e-9, atol=1e-12)
+        # Its default class prior: fixed uniform through a channel over more than two labels.
+        auto = "uniform" if k > 2 and mechanism != "none" else "learned"
+        assert dist.class_prior_ == mem.class_prior_ == auto
 
 
 @pytest.mark.parametrize("method", ["aware-ds", "aware-one-coin"])

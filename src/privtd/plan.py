@@ -247,7 +247,8 @@ class Crowd:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             gold = None if truth is None else truth[truth.index.isin(answers.tasks)]
-            ds = AwareDawidSkene(mechanism).fit(answers, gold=gold)
+            # Learned: its class prior is the plan's estimate of the class shares.
+            ds = AwareDawidSkene(mechanism, class_prior="learned").fit(answers, gold=gold)
             coin = AwareOneCoin(mechanism).fit(answers, gold=gold)
         conf = ds.confusions_.to_numpy().reshape(w, k, k)
         share = ds.priors_.to_numpy(dtype=float)

@@ -211,9 +211,9 @@ def plan_cmd(
     privtd draws fresh crowds from that description, perturbs them with the mechanism and runs
     the method `privtd infer --mechanism` uses by default. Checked against measured runs
     (benchmarks/results/plan_validation.txt, docs/plan.md): balanced accuracy within 0.03 in
-    46 of 48 synthetic cells; on real sets, from a pilot of a tenth of the tasks with their
-    truths, within 0.03 in 41 of 72 cells and off by up to 0.09 at high epsilon with many
-    answers a task (tasks of uneven difficulty: an upper bound there) and 0.13 under two-layer.
+    45 of 48 synthetic cells; on real sets, from a pilot of a tenth of the tasks with their
+    truths, within 0.03 in 45 of 72 cells and off by up to 0.06 at high epsilon with many
+    answers a task (tasks of uneven difficulty: an upper bound there) and 0.16 under two-layer.
     Read the figures as a guide, not a promise.
 
     Two-layer's stated epsilon holds for one answer alone; the table prints what a worker with

@@ -140,7 +140,9 @@ class AwareSelect(Estimator):
             params["tol"] = self.tol
         if name == "aware-one-coin":
             return AwareOneCoin(self.mechanism, **params)
-        return AwareDawidSkene(self.mechanism, **params)
+        # The candidates are compared by how well they predict held-out answers, which a
+        # learned class prior does at any label count.
+        return AwareDawidSkene(self.mechanism, class_prior="learned", **params)
 
     def _fit_candidate(self, name: str, answers: Answers, gold: pd.Series | None) -> Estimator:
         data = pooled_answers(answers) if name == "pooled" else answers

@@ -344,7 +344,8 @@ def one_class_warning(
         for c, share, given in lost
     )
     why = "is too weak to tell the classes apart"
-    # A fixed uniform prior (the one-coin model's default) is no learned prior.
+    # A fixed uniform prior (the one-coin model's default, aware-ds's over more than two
+    # labels) is no learned prior.
     if prior is not None and float(prior.max()) > 1.0 / len(prior) + 1e-9:
         big = int(np.argmax(prior.to_numpy()))
         why = (
