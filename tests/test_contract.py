@@ -147,7 +147,9 @@ def test_fitted_attributes(method, kind):
     assert est.labels_ is est.truths_
     assert est.skills_.name == "skill" and est.skills_.index.name == "worker"
     assert est.skills_.index.equals(est.weights_.index)
-    np.testing.assert_array_equal(est.skills_.to_numpy(), est.weights_["weight"].to_numpy())
+    # Majority vote's skill is crowd-kit's: agreement with the majority, not the vote weight.
+    skill = "agreement" if method == "mv" else "weight"
+    np.testing.assert_array_equal(est.skills_.to_numpy(), est.weights_[skill].to_numpy())
     assert isinstance(est.loss_history_, list) and est.loss_history_ == est.objective_.tolist()
     if "confusions_" in vars(est):
         assert est.errors_ is est.confusions_
@@ -342,6 +344,16 @@ def test_workers_without_answers(method, kind):
     else:
         np.testing.assert_allclose(est.truths_, alone.truths_, rtol=1e-4, atol=1e-4)
     assert len(est.weights_) == 2 * m + 1
+
+
+@pytest.mark.parametrize("method, kind", CASES)
+def test_every_listed_attribute_reads(method, kind):
+    # A loop over dir(est) must not raise: every public name listed reads after a fit.
+    est = fit(method, toy(kind, method))
+    for name in dir(est):
+        if name.endswith("_") and not name.startswith("_"):
+            getattr(est, name)
+    assert hasattr(est, "warm_state_") == bool(est.warm_starts)
 
 
 @pytest.mark.parametrize("method, kind", CASES)

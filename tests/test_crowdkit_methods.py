@@ -442,3 +442,18 @@ def test_cli_multi_label(tmp_path, capsys):
     assert pd.read_csv(probas, index_col="task").loc[1, "dog"] == pytest.approx(2 / 3)
     code, _, err = _cli([*args, "-M", "one-layer", "-e", "1"], capsys)
     assert code != 0 and "--multi-label needs --method" in err and "Traceback" not in err
+
+
+def test_majority_vote_skills_are_each_workers_agreement_with_the_majority():
+    # t1: a a b -> a; t2: b a b -> b; t3: a a a -> a. w1 agrees 3/3, w2 and w3 2/3.
+    frame = pd.DataFrame(
+        {
+            "task": ["t1", "t1", "t1", "t2", "t2", "t2", "t3", "t3", "t3"],
+            "worker": ["w1", "w2", "w3"] * 3,
+            "answer": ["a", "a", "b", "b", "a", "b", "a", "a", "a"],
+        }
+    )
+    mv = MajorityVote().fit(frame)
+    assert mv.skills_.to_dict() == pytest.approx({"w1": 1.0, "w2": 2 / 3, "w3": 2 / 3})
+    assert mv.skills_.name == "skill" and mv.skills_.index.name == "worker"
+    assert (mv.weights_["weight"] == 1.0).all()  # the vote weight stays 1 for everyone

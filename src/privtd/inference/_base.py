@@ -215,7 +215,12 @@ class Estimator(ABC):
         """What ``fit(..., warm_start=)`` resumes from, as plain lists (JSON-ready): the
         per-task posteriors (categorical) or truths (numeric; unanswered tasks left out) and
         the model's global arrays. In the same process, pass the fitted estimator instead: it
-        skips the conversion, which can cost more than a fast fit."""
+        skips the conversion, which can cost more than a fast fit. A model that takes no warm
+        start has no such attribute (``hasattr`` is False, ``dir`` leaves it out)."""
+        if not self.warm_starts:
+            raise AttributeError(
+                f"{type(self).__name__} takes no warm_start, so it has no warm_state_."
+            )
         arrays = self._warm_arrays()
         return {
             "estimator": arrays["estimator"],
@@ -285,6 +290,11 @@ class Estimator(ABC):
         summary = self._summary()
         rows += [("fitted", "no: call fit(answers)")] if summary is None else summary.items()
         return html_table(type(self).__name__, [(k, escape(str(v))) for k, v in rows])
+
+    def __dir__(self) -> list[str]:
+        # Every name listed reads: a model without warm starts has no warm_state_.
+        names = super().__dir__()
+        return [n for n in names if n != "warm_state_" or self.warm_starts]
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: crowd-kit's name for a fitted attribute (an

@@ -48,3 +48,6 @@ class MajorityVote(Estimator):
         # A listed worker without answers has no agreement to report: NaN, not a 0/0 warning.
         agree = np.divide(matches, counts, out=np.full(counts.shape, np.nan), where=counts > 0)
         self._set_results(answers, truth, proba=proba, worker_columns={"agreement": agree})
+        # crowd-kit's skills_ for a vote: each worker's agreement with the majority, not the
+        # vote weight (1 for everyone, in weights_["weight"]).
+        self.skills_ = self.weights_["agreement"].rename("skill").rename_axis("worker")
