@@ -1,4 +1,4 @@
-"""Perturbation-aware inference against the estimators that ignore the mechanism (issue 7).
+"""Perturbation-aware inference against the estimators that ignore the mechanism.
 
     python benchmarks/bench_aware.py grr        # 200,000 tasks, 1,000 workers, 5 answers per task
     python benchmarks/bench_aware.py grr-trials --trials 100 --tasks 20000 --workers 100
@@ -31,7 +31,7 @@ sparse: P3's releases with NULL (krr-null, two-layer-null) of its synthetic desi
 x 200 tasks at sparsity 0.1, 0.5, 0.9) and of Web and AdultContent, AwareNull against P3's
 aggregator (WeightedAverage) on the same release: MAE against the truth and time, best of five
 fits (a fit takes milliseconds here), both on the kernel backend in use (numba when installed,
-else ``PRIVTD_BACKEND=numpy``). Issue 7's target: at most 3x.
+else ``PRIVTD_BACKEND=numpy``). The target: at most 3x.
 
 p0-oracle: on Duchenne's gold tasks under one-layer RR, the Bayes rule with every worker's clean
 confusion taken from the gold itself (in-sample, add-one smoothed: an optimistic bound for any
@@ -48,7 +48,7 @@ iterations (passes over the answers), one release per setting.
 
 duchenne-ratios: AwareDawidSkene's time over Dawid-Skene's on each of 3 x ``--trials`` releases per
 mechanism (epsilon 1, 0.5, 0.1; seeds from ``--seed``), best of five, with the mean, median and
-largest ratio: issue 7's speed target (at most 3x) release by release.
+largest ratio: the speed target (at most 3x) release by release.
 
 web-budgets: Web's two-layer release at epsilon 0.5-20 (one each, ``--seed``), P3's aggregator and
 AwareNull against a prototype that models each worker's private budget and answer rate
@@ -129,7 +129,7 @@ def grr(args: argparse.Namespace) -> None:
 
 
 def grr_trials(args: argparse.Namespace) -> None:
-    """Issue 7's target with ``--trials`` fresh crowds and perturbations per setting: the gain
+    """The synthetic target with ``--trials`` fresh crowds and perturbations per setting: the gain
     of the default aware estimator (``privtd infer --mechanism``) over the better of majority
     vote and Dawid-Skene in each trial, mean and standard error, and the oracle's."""
     print("K  eps  default          gain over max(mv, ds) ± SE   oracle gain ± SE   trials")
@@ -701,7 +701,7 @@ def pseudo_eb_fit(
 def k2_eb(args: argparse.Namespace) -> None:
     """``pseudo_eb_fit`` with the population mean learned (``eb``) or fixed at the composed
     confusion of AwareDawidSkene's prior mean (``eb-fixed``), both started from majority vote,
-    against the shipped AwareDawidSkene: issue 7's synthetic design at two labels (gain over
+    against the shipped AwareDawidSkene: the target's synthetic design at two labels (gain over
     the better of majority vote and Dawid-Skene, ``--trials`` crowds), and P0's Duchenne under
     one-layer RR (error on the gold tasks, paired with AwareDawidSkene on the same release,
     20 releases per epsilon)."""

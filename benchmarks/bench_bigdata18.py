@@ -1,4 +1,4 @@
-"""Time of P3's largest setting (10,000 workers x 1,000 tasks, issue 5 target: 2 minutes per
+"""Time of P3's largest setting (10,000 workers x 1,000 tasks, target: 2 minutes per
 epsilon): one trial of the sparsity sweep (0.1 ... 0.9) at one epsilon, every mechanism perturbed
 and inferred, for MF's d = 10 (our default) and d = 100 (the paper's).
 

@@ -2,7 +2,7 @@
 likelihood plus the log prior densities of alpha and log beta, per answer) at the fitted
 parameters, privtd against crowd-kit 1.4.2.
 
-GLAD's M-step is an inner optimiser (conjugate gradients), so the issue's test for it is
+GLAD's M-step is an inner optimiser (conjugate gradients), so the agreement test for it is
 whether privtd's objective at its stopping point is at least crowd-kit's. crowd-kit's `betas_`
 are log beta (it optimises exp(beta)), privtd's `betas_` are beta. Writes
 benchmarks/results/glad_objective.txt.

@@ -1,4 +1,4 @@
-"""Speed of the local mechanisms (issue 3 targets), one run:
+"""Speed of the local mechanisms against their targets, one run:
 
 - batch perturbation of 1e7 categorical answers (one-layer, two-layer): target 5 s;
 - matrix-factorisation perturbation, 10,000 workers x 1,000 tasks at 90% sparsity, d = 100:

@@ -1,7 +1,7 @@
-"""Record-local perturbation of one worker's whole row by P3's NULL-aware mechanisms (issue 31,
-point 7): linear in the tasks. Before, ``perturb_worker`` rebuilt ``set(tasks)`` once per answer
-(8,000 tasks: 1.46 s on the issue's machine). The reference is the batch ``perturb`` of the same
-row in the same process, so the ratio does not depend on the machine.
+"""Record-local perturbation of one worker's whole row by P3's NULL-aware mechanisms:
+linear in the tasks. Before, ``perturb_worker`` rebuilt ``set(tasks)`` once per answer
+(8,000 tasks: 1.46 s on the machine it was measured on). The reference is the batch
+``perturb`` of the same row in the same process, so the ratio does not depend on the machine.
 
 Run: ``python benchmarks/bench_null_aware_worker.py``
 """

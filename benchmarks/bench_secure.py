@@ -9,7 +9,7 @@
     python benchmarks/bench_secure.py paillier-full --key-bits 1024   # to convergence (a key
                                                    # under 2048 bits times, protects nothing)
 
-Targets (issue 4): Duchenne to convergence with masking within 30 s in-process and 60 s with one
+Targets: Duchenne to convergence with masking within 30 s in-process and 60 s with one
 process per party, on the 2-core reference machine. Paillier's cost is measured, not targeted.
 Per-iteration figures are means over the EM rounds (the start round is reported apart).
 With masking, every EM round's request carries the last round's masked contributions of all

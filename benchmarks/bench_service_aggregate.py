@@ -1,4 +1,4 @@
-"""Aggregation of a 1,000,000-answer campaign straight from the database (issue 6 target: 30 s),
+"""Aggregation of a 1,000,000-answer campaign straight from the database (target: 30 s),
 and a re-run after new answers arrive, resumed from the previous fit (warm start).
 
 The reports are written to the database directly (this measures aggregation, not ingestion:

@@ -1,5 +1,5 @@
-"""The figures of docs/privacy.md's audit and attack tables, from the commands named beside them
-(issue 34, point 9): every row is one command, run here as written, and its output is stored
+"""The figures of docs/privacy.md's audit and attack tables, from the commands named beside them:
+every row is one command, run here as written, and its output is stored
 under benchmarks/results/, which tests/test_readme_figures.py compares with the tables.
 
     nice -n 19 python benchmarks/docs_privacy_tables.py audit    # -> results/audit_table.jsonl

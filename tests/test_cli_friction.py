@@ -1,4 +1,4 @@
-"""The command line's input and output friction a new user met (issue 34, points 1, 2, 3, 6, 7):
+"""The command line's input and output friction a new user met:
 each test here failed before the fix it covers."""
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def test_devices_are_written_into_not_replaced(binary, tmp_path, capsys):
     assert got and got[0].startswith("task,truth\n")
 
 
-# ------------------------------------------- issue 33's review: aware methods asked for by name
+# ------------------------------------------------------------- aware methods asked for by name
 @pytest.mark.parametrize(
     "method, plain",
     [

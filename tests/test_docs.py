@@ -1,7 +1,7 @@
 """What users read cites the papers and privtd's own docs, and its section links resolve.
 
 "SPEC" is the team's internal restatement of the papers; users have no copy of it, so no
-docstring, comment, message or doc may point to it (issue 34). Links of the form
+docstring, comment, message or doc may point to it. Links of the form
 ``docs/algorithms.md#section`` (and every ``X.md#section`` between the docs) must name a heading
 that exists, with GitHub's slugs, so a renamed heading cannot leave a dead link behind.
 """

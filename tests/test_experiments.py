@@ -388,7 +388,7 @@ def test_reproduce_all_writes_every_experiment_and_the_report(tmp_path, monkeypa
     assert (tmp_path / "bigdata18" / "checks.md").exists()
     assert "| claim | ours | verdict |" in report
     assert "Balanced accuracy (majority-class baseline: label" in report  # kdd18's second table
-    # The papers' claims and privtd's own checks are counted apart (issue 34).
+    # The papers' claims and privtd's own checks are counted apart.
     assert "of the papers'" in report and "beyond-the-paper checks" in report
     # Every verdict is one of the three words, bold in the report.
     verdicts = {line.rsplit("|", 2)[-2].strip() for line in report.splitlines() if "**" in line}

@@ -1,4 +1,4 @@
-"""Figures that read on their own (issue 34, points 4 and 5) and privtd.plot, on the Agg
+"""Figures that read on their own and privtd.plot, on the Agg
 backend."""
 
 from __future__ import annotations

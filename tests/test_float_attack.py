@@ -1,4 +1,4 @@
-"""Numeric releases on a public grid with exact discrete noise (issue 31, points 3, 4 and 7).
+"""Numeric releases on a public grid with exact discrete noise.
 
 - Mironov's floating-point attack (CCS 2012; ``benchmarks/attacks/float_laplace.py``) finds no
   release that rules out a neighbouring answer, seeded and real (OpenDP), 200,000 releases per

@@ -1,4 +1,4 @@
-"""Platform importers (privtd.io, docs/formats.md) and the CLI's reading options (issue 34).
+"""Platform importers (privtd.io, docs/formats.md) and the CLI's reading options.
 
 The files in tests/data/formats/ are built from each platform's documented export: real column
 names, a byte-order mark (MTurk), quoted JSON in a cell (Toloka), empty answers, rejected,
@@ -310,7 +310,7 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys, args, messa
     assert not out.exists()
 
 
-def test_issue_34_tsv_export_and_perturb_column_mapping(tmp_path, capsys):
+def test_tsv_export_and_perturb_column_mapping(tmp_path, capsys):
     tsv = tmp_path / "export.tsv"
     tsv.write_text("worker\ttask\tanswer\nw1\tt1\ta\nw2\tt1\tb\nw1\tt2\ta\nw2\tt2\ta\n")
     out = tmp_path / "truths.csv"

@@ -1,5 +1,5 @@
-"""What a notebook user sees: public namespaces, reprs and ``_repr_html_`` (issue 34, point 10
-and "notebook friendliness"), and the demo's and the progress line's output."""
+"""What a notebook user sees: public namespaces, reprs and ``_repr_html_``, and the demo's
+and the progress line's output."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Figures the README and the docs quote agree with the results files they come from (issue 34,
-point 9, in part): a figure copied by hand drifts when a run is redone, and then the docs claim
-what no file shows. Each test reads the quoted text and the stored output, so it fails when
+"""Figures the README and the docs quote agree with the results files they come from: a figure
+copied by hand drifts when a run is redone, and then the docs claim what no file shows. Each
+test reads the quoted text and the stored output, so it fails when
 either side changes without the other.
 """
 

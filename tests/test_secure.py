@@ -1,6 +1,6 @@
 """P2's worker-private protocol: equal to plain EM, the requester's view, faults, drop-outs.
 
-The attacks of issue 31 (drop-outs, single-answer tasks) are in tests/test_secure_attacks.py."""
+The attacks (drop-outs, single-answer tasks) are in tests/test_secure_attacks.py."""
 
 from __future__ import annotations
 

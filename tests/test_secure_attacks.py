@@ -1,4 +1,4 @@
-"""Issue 31's attacks on the secure EM, as a semi-honest requester would run them.
+"""Attacks on the secure EM, as a semi-honest requester would run them.
 
 Each attack lives in ``benchmarks/attacks/`` (one command each) and is called from here:
 

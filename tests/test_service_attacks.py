@@ -1,5 +1,5 @@
-"""Issue 31, points 5 and 6, as attacks on the collection service: a campaign whose parameters
-mean an absurd epsilon (benchmarks/attacks/service_absurd_epsilon.py), self-enrolled identities
+"""Attacks on the collection service: a campaign whose parameters mean
+an absurd epsilon (benchmarks/attacks/service_absurd_epsilon.py), self-enrolled identities
 and one fake worker sending extreme values (benchmarks/attacks/service_poison.py). Each fails on
 the service as it was before the fix (no ceilings, open enrolment, any finite value accepted)."""
 

@@ -364,7 +364,7 @@ def test_worker_totals_bill_two_layer_release():
     assert (totals["n_released"] == 20).all()
     np.testing.assert_allclose(totals["epsilon_total"], whole, rtol=1e-9)
     assert (totals["epsilon_total"] > 20 * mech.epsilon).all()
-    # At stated 1 the 13.2 is 13.147 by betainc too.
+    # At stated 1 the reported 13.2 is 13.147 by betainc too.
     assert _betainc_release(20, TwoLayerRR.from_epsilon(1.0, 2).b)[0] == pytest.approx(
         13.147, abs=1e-3
     )

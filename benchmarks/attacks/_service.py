@@ -1,6 +1,6 @@
 """A throw-away collection service for the service attacks: a fresh SQLite database, the API
 in-process (FastAPI's TestClient) and, for the attacks that need the real client, on a loopback
-port. Works on the service as it was before issue 31's fixes and after."""
+port. Works on the service as it was before the security fixes and after."""
 
 from __future__ import annotations
 

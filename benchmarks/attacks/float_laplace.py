@@ -4,11 +4,11 @@ For each release ``y`` of an answer ``x``, the attacker asks: could ``y`` have c
 mechanism, exactly as it computes, had the answer been the neighbouring ``x'``? A release that
 is unreachable from ``x'`` rules ``x'`` out with certainty, whatever epsilon promises.
 
-- Continuous Laplace as privtd computed it before issue 31 (``base + (-scale * sign(u) *
+- Continuous Laplace as privtd computed it before the fix (``base + (-scale * sign(u) *
   log1p(-2|u|))`` with ``u = m / 2^53 - 1/2``): the sampler is inverted exactly, by a binary
   search over the 2^53 values of ``m`` (the noise is monotone in ``m``).
 - Any release computed as ``fl(x + z)`` with a real-valued noise ``z`` (exp-gaussian before
-  issue 31: Box-Muller times the worker's secret standard deviation): whatever law ``z``
+  the fix: Box-Muller times the worker's secret standard deviation): whatever law ``z``
   follows, ``y`` is reachable from ``x'`` only if some double ``z`` has ``fl(x' + z) == y``.
   Rounding is monotone in ``z``, so checking the doubles around ``y - x'`` decides it exactly;
   this needs no knowledge of the secret variance.
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--real", action="store_true", help="real (unseeded) releases")
     args = parser.parse_args(argv)
     rng = None if args.real else args.seed
-    lap = LaplaceNull(5.0, low=0, high=4)  # the issue's case: scale 5 (P3: epsilon 1)
+    lap = LaplaceNull(5.0, low=0, high=4)  # the reported case: scale 5 (P3: epsilon 1)
     print(f"laplace {lap.params()} epsilon {lap.epsilon:g}")
     for x, x2 in ((0.0, 1.0), (2.0, 3.0), (0.0, 4.0)):
         frac = excluded_fraction(lap, x, x2, args.releases, rng)

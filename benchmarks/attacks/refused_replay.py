@@ -7,7 +7,7 @@ Starts the service on loopback (a fresh SQLite file by default), enrols one work
 reported, after receiving the perturbed value), then ``--later`` new tasks one by one. Prints
 one JSON line: how many of the later tasks were stored, how many times the refused body went
 out, and the epsilon the worker's state counts against the epsilon its device released. On
-privtd before issue 31 the refused body was replayed before every later task and refused
+privtd before the fix the refused body was replayed before every later task and refused
 again, so none was stored, and the refused release was not counted; now every later task is
 stored, the refused body went out once, and the state counts every release.
 """

@@ -5,7 +5,7 @@ every secure sum it is handed, with the round, the phase and the list of partici
 :class:`RecordingRequester`. The attacks in ``secure_dropout.py`` and ``secure_grouping.py`` work
 only from what it recorded; the workers' true answers serve only to score them.
 
-The helpers run on the code before and after issue 31's fixes (they pass the newer keyword
+The helpers run on the code before and after the fixes (they pass the newer keyword
 arguments only where :class:`~privtd.secure.Requester` takes them), so one script measures both.
 """
 

@@ -1,4 +1,4 @@
-"""Drop-out attack on the secure EM (issue 31, point 1): difference two sums over two sets.
+"""Drop-out attack on the secure EM: difference two sums over two sets.
 
 A semi-honest requester keeps the secure sums of EM round ``r - 1`` (every worker) and of round
 ``r``, retried without a worker that dropped out (mode ``retry``), or the last sums of a run
@@ -149,7 +149,7 @@ def attack(
             from privtd.secure import Campaign
 
             record: Any = Campaign()
-        except ImportError:  # before issue 31 no campaign was recorded: every re-run went on
+        except ImportError:  # before the fix no campaign was recorded: every re-run went on
             record = None
         first = run_recorded(
             answers, max_iter=max_iter, backend=backend, campaign=record, **options
@@ -191,7 +191,7 @@ def device_histories(held: dict[int, Any]) -> dict[int, Any]:
 
 
 def scenario(seed: int = 0) -> tuple[Any, int]:
-    """The issue's crowd: 12 workers, 300 tasks, each answered by about half the workers."""
+    """The reported crowd: 12 workers, 300 tasks, each answered by about half the workers."""
     answers, _ = binary_crowd(12, 300, 0.5, np.random.default_rng(seed))
     return answers, 5
 

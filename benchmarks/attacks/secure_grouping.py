@@ -1,4 +1,4 @@
-"""Grouping attack on the secure EM (issue 31, point 2): tasks with one answer name a worker.
+"""Grouping attack on the secure EM: tasks with one answer name a worker.
 
 On a sparse crowd, the secure sums of a task that exactly one worker answered are that worker's
 own terms: ``log a_j`` and ``log(1 - b_j)`` if it said 1, ``log(1 - a_j)`` and ``log b_j`` if it

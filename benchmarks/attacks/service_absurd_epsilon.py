@@ -1,4 +1,4 @@
-"""Attack (issue 31, point 5): a requester creates a campaign whose natural parameters mean an
+"""Attack: a requester creates a campaign whose natural parameters mean an
 absurd epsilon (one-layer RR with f = 1e-300: epsilon = ln((1 - f) / f) = 690 per answer), and
 the worker's client, trusting the server's parameters, sends its raw answers.
 

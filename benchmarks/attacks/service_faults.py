@@ -8,7 +8,7 @@ character in a campaign name, a task key, a label, a worker name and the URL pat
 of 401 digits (10**400) in four mechanisms' parameters, in a submission's mechanism parameters
 and as a report value; a 6 MB body streamed in chunks (no Content-Length); and a one-character
 requester token. Prints one JSON line, {probe: status}, plus "server_errors" (how many probes
-got a 5xx) and "short_token" ("accepted" or "refused"). On privtd before issue 31 the NUL
+got a 5xx) and "short_token" ("accepted" or "refused"). On privtd before the fix the NUL
 probes answered 500 on PostgreSQL, the 10**400 probes 500 on both databases, the streamed body
 400, and the short token was accepted; now every probe gets a 4xx and the token is refused.
 tests/test_service_faults.py runs :func:`probe` on both databases.

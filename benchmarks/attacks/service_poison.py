@@ -1,4 +1,4 @@
-"""Attacks (issue 31, point 6): anyone can enrol, and one fake worker can wreck the results.
+"""Attacks: anyone can enrol, and one fake worker can wreck the results.
 
     python benchmarks/attacks/service_poison.py
 

@@ -32,7 +32,7 @@ def _beyond_noise(table: pd.DataFrame, paired: str) -> str:
 
 
 def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
-    """P0 Sec. 7's qualitative claims, and each cell of Table 3 within 0.04 (issue 5)."""
+    """P0 Sec. 7's qualitative claims, and each cell of Table 3 within 0.04."""
     out = []
     if vs_paper is not None:
         diffs = [c for c in vs_paper.columns if c.endswith("_diff")]
@@ -74,7 +74,7 @@ def kdd18(table: pd.DataFrame, vs_paper: pd.DataFrame | None) -> list[Check]:
     for model, label in (("aware", "one-coin"), ("aware_ds", "Dawid-Skene")):
         if f"two_layer_{model}_vs_td" not in table:
             continue
-        # Issue 7's target, on the perturbed answers alone (the aware model's error against
+        # The aware models' target, on the perturbed answers alone (the aware model's error against
         # TD's clean error): at or below our TD, under each mechanism.
         for mech in ("one_layer", "two_layer"):
             better = int((table[f"{mech}_{model}_vs_td"] <= table[f"{mech}_td"]).sum())

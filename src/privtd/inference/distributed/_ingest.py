@@ -19,7 +19,7 @@ from ...errors import ValidationError
 from . import _shard
 from ._cluster import gather
 
-#: Answers per shard the default partition count aims at (the issue's 1e6-1e7 range).
+#: Answers per shard the default partition count aims at (the 1e6-1e7 range it is sized for).
 SHARD_ANSWERS = 5_000_000
 
 #: Answers whose pieces ingest holds at once (default): the shards are built a group of
