@@ -552,10 +552,7 @@ def make_plan_mechanism(name: str, epsilon: float, n_labels: int = 2, **params: 
 def _figures(mechanism: Any, k: int) -> tuple[float, float]:
     """The per-answer figure given the worker's other ``k - 1`` answers, and the release's."""
     k = max(1, int(k))
-    try:
-        return float(mechanism.answer_epsilon(k)), float(mechanism.release_epsilon(k))
-    except (ValidationError, NotImplementedError, OverflowError):
-        return math.nan, math.nan
+    return float(mechanism.answer_epsilon(k)), float(mechanism.release_epsilon(k))
 
 
 # ---------------------------------------------------------------------- predictions
