@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, WarmStart, _check_float, confusion_frame
+from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import shares, vote_matrix
 
 EPS = 1e-10
@@ -38,7 +42,69 @@ def fix_gold(mu: np.ndarray, gold: Gold | None) -> np.ndarray:
     return mu
 
 
-class DawidSkene(Estimator):
+def ds_start(part: Any, previous: Any, mirror: bool) -> tuple[np.ndarray, Any]:
+    """Per part: the EM start (label frequencies, or with ``mirror`` the previous posteriors
+    with the two labels swapped, as the aware estimators' orientation check refits) and its
+    M-step counts and posterior sums."""
+    mu = previous[0][:, ::-1].copy() if mirror else part.soft_start()
+    k = int(part.n_labels)
+    counts = _kernels.gather_scatter(part.wx(), part.sorted_task, mu, part.n_workers * k)
+    return mu, (counts, mu.sum(axis=0))
+
+
+def ds_pass(part: Any, previous: Any, params: tuple[np.ndarray, np.ndarray]) -> Any:
+    """Per part, one fused pass: the E-step with the log confusions and log prior, then the
+    M-step's counts, the posteriors' sums and the log-likelihood (the E-step's normaliser,
+    so the stopping test costs nothing)."""
+    log_conf, log_prior = params
+    mu, counts, prior_sum, loglik = _kernels.ds_step(
+        part.layout, part.wx(), log_conf, log_prior, part.gold_codes()
+    )
+    return mu, (counts, prior_sum, loglik)
+
+
+class DawidSkeneModel(Model):
+    """Dawid-Skene's sufficient statistics: per (worker, label given) the posterior mass of
+    each true label, the posteriors' column sums and the log-likelihood. Parameters: the
+    confusion rows ``(n_workers * K, K)`` and the class prior."""
+
+    start = staticmethod(ds_start)
+    step = staticmethod(ds_pass)
+    start_arg = False
+
+    def __init__(
+        self,
+        est: DawidSkene,
+        n_tasks: int,
+        n_answers: int,
+        seed: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        super().__init__(est.tol)
+        self.est, self.n_tasks, self.n_answers, self.seed = est, n_tasks, n_answers, seed
+
+    def init(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        counts, prior_sum = stats
+        if self.seed is not None:
+            counts = self.seed(counts)
+        return self._confusion(counts), prior_sum / self.n_tasks
+
+    def step_params(self, params: Any) -> tuple[np.ndarray, np.ndarray]:
+        confusion, prior = params
+        return np.log(confusion), np.log(np.maximum(prior, EPS))
+
+    def m_step(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        counts, prior_sum, _ = stats
+        return self._confusion(counts), prior_sum / self.n_tasks
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[2]) / self.n_answers
+
+    def _confusion(self, counts: np.ndarray) -> np.ndarray:
+        k = counts.shape[1]
+        return self.est._normalise(np.asarray(counts, dtype=np.float64), counts.shape[0] // k, k)
+
+
+class DawidSkene(EMEstimator):
     """EM for per-worker confusion matrices ``pi_u[k, l] = P(answer k | truth l)``.
 
     Start: soft majority vote, the class prior from it, one M-step. Then E-step (posteriors in log
@@ -65,7 +131,6 @@ class DawidSkene(Estimator):
     ``weights_`` (``weight`` = the prior-weighted accuracy ``sum_l p_l pi_u[l, l]``).
     """
 
-    iterative = True
     warm_starts = True
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-5, smoothing: float = 0.0) -> None:
@@ -77,33 +142,13 @@ class DawidSkene(Estimator):
         super()._validate_params()
         _check_float(type(self).__name__, "smoothing", self.smoothing, 0.0)
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
-        # Encoded once, reused by every iteration: row of (worker, answer) in the confusions.
-        wx = layout.worker.astype(np.int64) * k + layout.value
-        wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
-        gold_labels = gold_array(gold, n_t)
-        mu = soft_majority(answers, gold, self._warm)
-        prior = mu.mean(axis=0)
-        counts = _kernels.gather_scatter(wx, layout.task, mu, n_w * k)
-        confusion = self._normalise(self._start_counts(answers, counts), n_w, k)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            # One fused pass: E-step with the current parameters, then the M-step's counts.
-            # The log-likelihood is the E-step's normaliser, so the stopping test is free.
-            mu, counts, prior_sum, loglik = _kernels.ds_step(
-                layout, wx, np.log(confusion), np.log(np.maximum(prior, EPS)), gold_labels
-            )
-            objective.append(loglik / answers.n_answers)
-            prior = prior_sum / n_t
-            confusion = self._normalise(counts, n_w, k)
-            if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
-                converged = True
-                break
+    def _model(self, shape: Shape) -> DawidSkeneModel:
+        return DawidSkeneModel(self, shape.n_tasks, shape.n_answers, self._start_counts)
+
+    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
+        """The fitted attributes from the EM's end and the last posteriors."""
+        n_w, k = answers.n_workers, answers.n_labels
+        confusion, prior = fit.params
         cube = confusion.reshape(n_w, k, k)
         self.confusions_ = confusion_frame(answers, cube)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
@@ -113,12 +158,12 @@ class DawidSkene(Estimator):
             mu.argmax(axis=1),
             proba=mu,
             weight=accuracy,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
         )
 
-    def _start_counts(self, answers: Answers, counts: np.ndarray) -> np.ndarray:
+    def _start_counts(self, counts: np.ndarray) -> np.ndarray:
         """The first M-step's counts, rows (worker, label given), columns the truth: what a
         variant seeds with prior knowledge of the workers (crowd-kit's ``initial_error``)."""
         return counts

@@ -2,17 +2,76 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold
+from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import per_worker
-from .dawid_skene import EPS, gold_array, soft_majority
+from .dawid_skene import EPS
 
 
-class OneCoinDawidSkene(Estimator):
+def one_coin_start(part: Any, previous: Any, mirror: bool) -> tuple[np.ndarray, Any]:
+    """Per part: the EM start (as :func:`~.dawid_skene.ds_start`), the posterior mass of the
+    labels each worker gave and the posteriors' sums."""
+    mu = previous[0][:, ::-1].copy() if mirror else part.soft_start()
+    skill = _kernels.pick_sum(part.task, part.value, part.worker, mu, part.n_workers)
+    return mu, (skill, mu.sum(axis=0))
+
+
+def one_coin_pass(part: Any, previous: Any, params: tuple[np.ndarray, ...]) -> Any:
+    """Per part, one fused pass: E-step, then each worker's summed posterior of the labels
+    it gave, the posteriors' sums and the log-likelihood."""
+    log_right, log_wrong, log_prior = params
+    mu, skill, prior_sum, loglik = _kernels.one_coin_step(
+        part.layout, log_right, log_wrong, log_prior, part.gold_codes()
+    )
+    return mu, (skill, prior_sum, loglik)
+
+
+class OneCoinModel(Model):
+    """One-coin Dawid-Skene's sufficient statistics: per worker the summed posterior of the
+    labels it gave, the posteriors' column sums and the log-likelihood. Parameters: each
+    worker's accuracy and the class prior."""
+
+    start = staticmethod(one_coin_start)
+    step = staticmethod(one_coin_pass)
+    start_arg = False
+
+    def __init__(
+        self, tol: float, n_tasks: int, n_answers: int, counts: np.ndarray, n_labels: int
+    ) -> None:
+        super().__init__(tol)
+        self.n_tasks, self.n_answers, self.counts = n_tasks, n_answers, counts
+        self.n_labels = n_labels
+
+    def init(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        skill_sum, prior_sum = stats
+        return self._skill(skill_sum), prior_sum / self.n_tasks
+
+    def step_params(self, params: Any) -> tuple[np.ndarray, ...]:
+        skill, prior = params
+        log_right, log_wrong = OneCoinDawidSkene._log_confusion(skill, self.n_labels)
+        return log_right, log_wrong, np.log(np.maximum(prior, EPS))
+
+    def m_step(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        skill_sum, prior_sum, _ = stats
+        return self._skill(skill_sum), prior_sum / self.n_tasks
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[2]) / self.n_answers
+
+    def _skill(self, total: np.ndarray) -> np.ndarray:
+        """Each worker's mean posterior of the labels it gave (``1/K`` for one without
+        answers: a listed worker who has not answered yet)."""
+        return per_worker(np.asarray(total, dtype=np.float64), self.counts, 1.0 / self.n_labels)
+
+
+class OneCoinDawidSkene(EMEstimator):
     """Dawid-Skene where worker ``u`` answers correctly with probability ``s_u`` and otherwise
     uniformly among the other ``K - 1`` labels (as crowd-kit's ``OneCoinDawidSkene``).
 
@@ -25,46 +84,28 @@ class OneCoinDawidSkene(Estimator):
     ``weights_["weight"]`` is the accuracy ``s_u``; ``weights_["log_odds"]`` the vote weight.
     """
 
-    iterative = True
     warm_starts = True
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-5) -> None:
         self.max_iter = max_iter
         self.tol = tol
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        counts = answers.worker_counts()
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
-        gold_labels = gold_array(gold, n_t)
-        mu = soft_majority(answers, gold, self._warm)
-        prior = mu.mean(axis=0)
-        skill = self._m_step(mu, answers.task, answers.worker, answers.value, counts, n_w)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            log_right, log_wrong = self._log_confusion(skill, k)
-            mu, skill_sum, prior_sum, loglik = _kernels.one_coin_step(
-                layout, log_right, log_wrong, np.log(np.maximum(prior, EPS)), gold_labels
-            )
-            objective.append(loglik / answers.n_answers)
-            prior = prior_sum / n_t
-            skill = per_worker(skill_sum, counts, 1.0 / k)
-            if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
-                converged = True
-                break
+    def _model(self, shape: Shape) -> OneCoinModel:
+        return OneCoinModel(self.tol, shape.n_tasks, shape.n_answers, shape.counts, shape.n_labels)
+
+    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
+        """The fitted attributes from the EM's end and the last posteriors."""
+        skill, prior = fit.params
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
-        log_right, log_wrong = self._log_confusion(skill, k)
+        log_right, log_wrong = self._log_confusion(skill, answers.n_labels)
         self._set_results(
             answers,
             mu.argmax(axis=1),
             proba=mu,
             weight=skill,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={"log_odds": log_right - log_wrong},
         )
 
@@ -74,11 +115,3 @@ class OneCoinDawidSkene(Estimator):
         log_right = np.log(np.clip(skill, EPS, 1 - EPS))
         log_wrong = np.log(np.clip((1 - skill) / (k - 1), EPS, 1 - EPS))
         return log_right, log_wrong
-
-    @staticmethod
-    def _m_step(
-        mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, counts: np.ndarray, n_w: int
-    ) -> np.ndarray:
-        """Each worker's accuracy: the mean posterior of the labels it gave (the start; later
-        iterations get the same sums from the fused kernel)."""
-        return per_worker(_kernels.pick_sum(t, x, w, mu, n_w), counts, 1.0 / mu.shape[1])

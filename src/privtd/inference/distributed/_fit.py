@@ -22,16 +22,17 @@ import pandas as pd
 from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
-from .._base import Estimator, confusion_frame, gold_series
+from .._base import Estimator, gold_series
+from .._em import run_em
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
-from ..dawid_skene import EPS, DawidSkene
+from ..dawid_skene import DawidSkene, DawidSkeneModel, ds_pass, ds_start
 from ..gtm import GTM
 from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
-from ..one_coin_dawid_skene import OneCoinDawidSkene
+from ..one_coin_dawid_skene import OneCoinDawidSkene, OneCoinModel, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
 from ..weighted_vote import WeightedVote
 from . import _shard
@@ -63,6 +64,10 @@ class _Coded:
     @property
     def n_workers(self) -> int:
         return len(self.workers)
+
+    @property
+    def n_labels(self) -> int:
+        return 0 if self.labels is None else len(self.labels)
 
     def worker_counts(self) -> np.ndarray:
         return self.counts
@@ -251,73 +256,20 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 
 def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
-    n_t, n_w, k = data.n_tasks, data.n_workers, data.n_labels
-    start = passes.run(_shard.ds_start, False)
-    prior = _total(start, 1) / n_t
-    confusion = est._normalise(_total(start, 0), n_w, k)
-    objective: list[float] = []
-    converged = False
-    n_iter = 0
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        stats = passes.run(_shard.ds_pass, (np.log(confusion), np.log(np.maximum(prior, EPS))))
-        objective.append(float(_total(stats, 2)) / data.n_answers)
-        prior = _total(stats, 1) / n_t
-        confusion = est._normalise(_total(stats, 0), n_w, k)
-        if n_iter > 1 and objective[-1] - objective[-2] < est.tol:
-            converged = True
-            break
-    tasks, truth, mu = passes.collect()
-    cube = confusion.reshape(n_w, k, k)
-    coded = _coded(data, tasks)
-    est.confusions_ = confusion_frame(coded, cube)
-    est.priors_ = pd.Series(prior, index=data.labels, name="prior")
-    accuracy = (np.diagonal(cube, axis1=1, axis2=2) * prior).sum(axis=1)
-    est._set_results(
-        coded,
-        truth,
-        proba=mu,
-        weight=accuracy,
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
+    fit = run_em(
+        DawidSkeneModel(est, data.n_tasks, data.n_answers), passes, est.max_iter, est._tick
     )
+    tasks, _, mu = passes.collect()
+    assert mu is not None  # an EM's results have posteriors
+    est._finish(_coded(data, tasks), fit, mu)
 
 
 def _fit_one_coin(est: OneCoinDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
-    n_t, k = data.n_tasks, data.n_labels
-    counts = data.counts
-    start = passes.run(_shard.one_coin_start, False)
-    prior = _total(start, 1) / n_t
-    skill = _total(start, 0) / counts
-    objective: list[float] = []
-    converged = False
-    n_iter = 0
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        log_right, log_wrong = est._log_confusion(skill, k)
-        stats = passes.run(
-            _shard.one_coin_pass, (log_right, log_wrong, np.log(np.maximum(prior, EPS)))
-        )
-        objective.append(float(_total(stats, 2)) / data.n_answers)
-        prior = _total(stats, 1) / n_t
-        skill = _total(stats, 0) / counts
-        if n_iter > 1 and objective[-1] - objective[-2] < est.tol:
-            converged = True
-            break
-    tasks, truth, mu = passes.collect()
-    est.priors_ = pd.Series(prior, index=data.labels, name="prior")
-    log_right, log_wrong = est._log_confusion(skill, k)
-    est._set_results(
-        _coded(data, tasks),
-        truth,
-        proba=mu,
-        weight=skill,
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
-        worker_columns={"log_odds": log_right - log_wrong},
-    )
+    model = OneCoinModel(est.tol, data.n_tasks, data.n_answers, data.counts, data.n_labels)
+    fit = run_em(model, passes, est.max_iter, est._tick)
+    tasks, _, mu = passes.collect()
+    assert mu is not None  # an EM's results have posteriors
+    est._finish(_coded(data, tasks), fit, mu)
 
 
 def _fit_wv(est: WeightedVote, data: DistributedAnswers, passes: _Passes) -> None:
@@ -542,8 +494,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     GTM: ("gtm", _fit_gtm),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
-    AwareDawidSkene: ("aware-ds", _fit_aware(_shard.ds_start, _shard.ds_pass)),
-    AwareOneCoin: ("aware-one-coin", _fit_aware(_shard.one_coin_start, _shard.one_coin_pass)),
+    AwareDawidSkene: ("aware-ds", _fit_aware(ds_start, ds_pass)),
+    AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.

@@ -283,6 +283,17 @@ class Shard:
         task = self.task if _kernels.get_backend() == "numpy" else _NO_TASK
         return cast(_kernels.TaskLayout, _Layout(task, self.start, self.worker, self.value))
 
+    @property
+    def sorted_task(self) -> np.ndarray:
+        """The task codes in the order of the answers (already sorted by task)."""
+        return self.task
+
+    def soft_start(self) -> np.ndarray:
+        """The EM start of the Dawid-Skene family: label frequencies per task, gold rows
+        one-hot."""
+        k = int(self.n_labels or 0)
+        return _fix_rows(self, shares(vote_matrix(self.task, self.value, self.n_tasks, k)))
+
     def gold_codes(self) -> np.ndarray:
         """The gold label codes per task, -1 where none (a temporary when there is no gold)."""
         if self.gold is not None:
@@ -456,54 +467,12 @@ def mv_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     return (truth, proba), agree
 
 
-def soft_start(shard: Shard) -> np.ndarray:
-    """The EM start of DawidSkene and OneCoinDawidSkene: label frequencies per task, gold rows
-    one-hot."""
-    k = int(shard.n_labels or 0)
-    return _fix_rows(shard, shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)))
-
-
-def em_start(shard: Shard, prev: Any, mirror: bool) -> np.ndarray:
-    """The posteriors an EM starts from: the soft start, or (``mirror``) the previous fit's
-    with the two labels swapped, as the aware estimators' orientation check refits."""
-    return prev[0][:, ::-1].copy() if mirror else soft_start(shard)
-
-
-def ds_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
-    mu = em_start(shard, prev, mirror)
-    k = int(shard.n_labels or 0)
-    counts = _kernels.gather_scatter(shard.wx(), shard.task, mu, shard.n_workers * k)
-    return mu, (counts, mu.sum(axis=0))
-
-
-def ds_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, np.ndarray]) -> Any:
-    log_conf, log_prior = params
-    mu, counts, prior_sum, loglik = _kernels.ds_step(
-        shard.layout, shard.wx(), log_conf, log_prior, shard.gold_codes()
-    )
-    return mu, (counts, prior_sum, loglik)
-
-
-def one_coin_start(shard: Shard, prev: Any, mirror: bool) -> tuple[Any, Any]:
-    mu = em_start(shard, prev, mirror)
-    skill = _kernels.pick_sum(shard.task, shard.value, shard.worker, mu, shard.n_workers)
-    return mu, (skill, mu.sum(axis=0))
-
-
 def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
     """How many of the shard's tasks have majority vote's label as their most probable one
     (no gold: the aware estimators' orientation check runs without it)."""
     k = int(shard.n_labels or 0)
     majority = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)).argmax(axis=1)
     return None, int((prev[0].argmax(axis=1) == majority).sum())
-
-
-def one_coin_pass(shard: Shard, prev: Any, params: tuple[np.ndarray, ...]) -> Any:
-    log_right, log_wrong, log_prior = params
-    mu, skill, prior_sum, loglik = _kernels.one_coin_step(
-        shard.layout, log_right, log_wrong, log_prior, shard.gold_codes()
-    )
-    return mu, (skill, prior_sum, loglik)
 
 
 #: Passes that read nothing of the previous pass: the shard and the client's parameters

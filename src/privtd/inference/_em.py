@@ -1,0 +1,219 @@
+"""One EM loop for every model and every executor.
+
+A model is its sufficient statistics. It names two steps that run on a part of the answers,
+``start(part, previous, arg) -> (state, stats)`` and ``step(part, previous, params) ->
+(state, stats)``, module-level functions so that a cluster can ship them; ``state`` is the
+part's per-task result (posteriors, truths), which stays where the part is, and ``stats`` the
+per-worker sums, which an executor adds up over the parts. From the summed statistics the
+model makes its parameters (``init`` after the start, ``m_step`` after each step), its
+objective and its stopping rule. :func:`run_em` drives any model on any executor:
+
+- :class:`InMemory`: the whole answers as one part (privtd's estimators' ``fit``);
+- the Dask executor in :mod:`privtd.inference.distributed` (one part per shard, summed by a
+  tree reduction on the workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..answers import Answers
+from . import _kernels
+from ._base import Estimator, Gold, WarmStart
+from ._ops import shares, vote_matrix
+
+Step = Callable[[Any, Any, Any], tuple[Any, Any]]
+
+
+class Executor(Protocol):
+    """Runs a step on every part and returns its statistics summed over the parts."""
+
+    def run(self, fn: Step, params: Any = None) -> Any: ...
+
+
+class Model:
+    """An iterative model as its per-part steps and what it makes of their summed statistics.
+
+    Subclasses set :attr:`start` and :attr:`step` and implement :meth:`init` and
+    :meth:`m_step`; :meth:`objective` and :meth:`converged` give the stopping rule (the
+    default: the objective rose by less than ``tol`` after the first iteration).
+    """
+
+    start: Step
+    step: Step
+    #: What ``start`` receives as its third argument.
+    start_arg: Any = None
+
+    def __init__(self, tol: float) -> None:
+        self.tol = tol
+
+    def init(self, stats: Any) -> Any:
+        """The first parameters, from the start's statistics."""
+        raise NotImplementedError
+
+    def step_params(self, params: Any) -> Any:
+        """What ``step`` reads of the parameters (e.g. their logarithms)."""
+        return params
+
+    def m_step(self, stats: Any) -> Any:
+        """The next parameters, from a step's statistics."""
+        raise NotImplementedError
+
+    def objective(self, stats: Any) -> float:
+        """The objective a step's statistics give (``objective_``)."""
+        raise NotImplementedError
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return n_iter > 1 and objective[-1] - objective[-2] < self.tol
+
+
+@dataclass
+class Fit:
+    """What :func:`run_em` found: the parameters after the last M-step, those the last step
+    ran with (``used``: the ones the final per-task state comes from), the iterations run,
+    whether the stopping rule ended them, the objective after each, the last statistics."""
+
+    params: Any
+    used: Any = None
+    n_iter: int = 0
+    converged: bool = False
+    objective: list[float] = field(default_factory=list)
+    stats: Any = None
+
+
+def run_em(
+    model: Model,
+    executor: Executor,
+    max_iter: int,
+    tick: Callable[[int], None] | None = None,
+) -> Fit:
+    """Start, then step and update until the model's stopping rule or ``max_iter``."""
+    fit = Fit(model.init(executor.run(model.start, model.start_arg)))
+    for n_iter in range(1, max_iter + 1):
+        if tick is not None:
+            tick(n_iter)
+        fit.used = fit.params
+        fit.stats = executor.run(model.step, model.step_params(fit.params))
+        fit.objective.append(model.objective(fit.stats))
+        fit.params = model.m_step(fit.stats)
+        fit.n_iter = n_iter
+        if model.converged(n_iter, fit.objective, fit.stats):
+            fit.converged = True
+            break
+    return fit
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes a model is built for, from :class:`~privtd.Answers` or the answers of a
+    cluster alike, and each worker's number of answers."""
+
+    n_tasks: int
+    n_workers: int
+    n_labels: int
+    n_answers: int
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, answers: Any) -> Shape:
+        counts = answers.worker_counts() if hasattr(answers, "worker_counts") else answers.counts
+        labels = answers.labels
+        return cls(
+            answers.n_tasks,
+            answers.n_workers,
+            0 if labels is None else len(labels),
+            answers.n_answers,
+            np.asarray(counts),
+        )
+
+
+class EMEstimator(Estimator):
+    """An estimator whose fit is :func:`run_em` over the model :meth:`_model` builds, on any
+    executor: ``fit`` runs it in memory, :func:`privtd.inference.fit_distributed` on a
+    cluster, and :meth:`_finish` turns what it found into the fitted attributes."""
+
+    iterative = True
+
+    def _model(self, shape: Shape) -> Model:
+        raise NotImplementedError
+
+    def _finish(self, answers: Answers, fit: Fit, state: Any) -> None:
+        raise NotImplementedError
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        executor = InMemory(MemoryPart(answers, gold, self._warm))
+        fit = run_em(self._model(Shape.of(answers)), executor, int(self.max_iter), self._tick)
+        self._finish(answers, fit, executor.state)
+
+    max_iter: int
+
+
+class MemoryPart:
+    """All the answers as one part: the coded arrays in their input order, the layout sorted
+    by task that the fused kernels read, the gold and a warm start."""
+
+    def __init__(self, answers: Answers, gold: Gold | None, warm: WarmStart | None) -> None:
+        self.task, self.worker, self.value = answers.task, answers.worker, answers.value
+        self.n_tasks, self.n_workers = answers.n_tasks, answers.n_workers
+        self.n_labels = answers.n_labels if answers.labels is not None else None
+        self.layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, self.n_tasks)
+        self.gold = gold
+        self.warm = warm
+        self._wx: np.ndarray | None = None
+        self._gold_codes: np.ndarray | None = None
+
+    @property
+    def sorted_task(self) -> np.ndarray:
+        """Each answer's task in the layout's (task-sorted) order."""
+        return self.layout.task
+
+    def wx(self) -> np.ndarray:
+        """Row of each answer in a confusion table, ``worker * K + answer``, in the layout's
+        order; built once and reused by every step."""
+        if self._wx is None:
+            k = int(self.n_labels or 0)
+            wx = self.layout.worker.astype(np.int64) * k + self.layout.value
+            self._wx = wx.astype(np.int32) if self.n_workers * k < 2**31 else wx
+        return self._wx
+
+    def gold_codes(self) -> np.ndarray:
+        """Per task, the gold label code, or -1 where there is none (the kernels' encoding)."""
+        if self._gold_codes is None:
+            self._gold_codes = np.full(self.n_tasks, -1, dtype=np.int64)
+            if self.gold is not None:
+                self._gold_codes[self.gold.index] = self.gold.value
+        return self._gold_codes
+
+    def soft_start(self) -> np.ndarray:
+        """Label frequencies per task, the usual EM start, or a warm start's posteriors where
+        it has them; gold rows one-hot."""
+        mu = shares(vote_matrix(self.task, self.value, self.n_tasks, int(self.n_labels or 0)))
+        if self.warm is not None:
+            self.warm.apply(mu)
+        if self.gold is not None:
+            mu[self.gold.index] = 0.0
+            mu[self.gold.index, self.gold.value] = 1.0
+        return mu
+
+
+class InMemory:
+    """The executor of an in-memory fit: one part, whose last output ``(state, stats)`` a
+    step receives as ``previous``."""
+
+    def __init__(self, part: MemoryPart) -> None:
+        self.part = part
+        self.out: tuple[Any, Any] | None = None
+
+    @property
+    def state(self) -> Any:
+        """The part's per-task state after the last step."""
+        assert self.out is not None
+        return self.out[0]
+
+    def run(self, fn: Step, params: Any = None) -> Any:
+        self.out = fn(self.part, self.out, params)
+        return self.out[1]
