@@ -171,6 +171,8 @@ class Estimator(ABC):
     typical_iterations: ClassVar[int] = 30
     #: Called as ``progress(n_iter, max_iter)`` after each iteration (the CLI's progress line).
     progress: Callable[[int, int], None] | None = None
+    #: The smallest ``max_iter`` a fit takes. 0 (a variant's choice) returns the model's start.
+    fewest_iterations: ClassVar[int] = 1
 
     # ---------------------------------------------------------------- public API
     def fit(
@@ -315,7 +317,9 @@ class Estimator(ABC):
         """Check parameters at fit time (``__init__`` only stores them)."""
         params = self.get_params()
         if "max_iter" in params:
-            _check_int(type(self).__name__, "max_iter", params["max_iter"], low=1)
+            _check_int(
+                type(self).__name__, "max_iter", params["max_iter"], low=self.fewest_iterations
+            )
         if params.get("tol") is not None:  # None: the estimator picks one for the data
             _check_float(type(self).__name__, "tol", params["tol"], low=0.0)
 

@@ -86,7 +86,8 @@ class DawidSkene(Estimator):
         gold_labels = gold_array(gold, n_t)
         mu = soft_majority(answers, gold, self._warm)
         prior = mu.mean(axis=0)
-        confusion = self._normalise(_kernels.gather_scatter(wx, layout.task, mu, n_w * k), n_w, k)
+        counts = _kernels.gather_scatter(wx, layout.task, mu, n_w * k)
+        confusion = self._normalise(self._start_counts(answers, counts), n_w, k)
         objective: list[float] = []
         converged = False
         n_iter = 0
@@ -116,6 +117,11 @@ class DawidSkene(Estimator):
             converged=converged,
             objective=objective,
         )
+
+    def _start_counts(self, answers: Answers, counts: np.ndarray) -> np.ndarray:
+        """The first M-step's counts, rows (worker, label given), columns the truth: what a
+        variant seeds with prior knowledge of the workers (crowd-kit's ``initial_error``)."""
+        return counts
 
     def _normalise(self, counts: np.ndarray, n_w: int, k: int) -> np.ndarray:
         """Confusion rows ``(n_workers * K, K)`` from M-step counts: smooth, clip, normalise."""

@@ -85,8 +85,7 @@ class MMSR(Estimator):
         # Not min(initial=0): that caps the minimum at 0, so F was always 0 and nothing was
         # trimmed. With no worker there is nothing to trim.
         f = max(int(coworkers.min()) // 2 - 1, 0) if n_w else 0
-        u = rng.uniform(size=n_w)
-        v = rng.uniform(size=n_w)
+        u, v = self._start(rng, n_w)
         by_col, by_row = group_layout(cols, n_w), group_layout(rows, n_w)
         objective: list[float] = []
         converged = False
@@ -120,6 +119,11 @@ class MMSR(Estimator):
             objective=objective,
             worker_columns={"accuracy": p},
         )
+
+    def _start(self, rng: np.random.Generator, n_w: int) -> tuple[np.ndarray, np.ndarray]:
+        """The uniform start of ``u`` and ``v``: independent draws (a variant may start both
+        from one, as crowd-kit does)."""
+        return rng.uniform(size=n_w), rng.uniform(size=n_w)
 
     @staticmethod
     def covariance(answers: Answers) -> tuple[np.ndarray, np.ndarray]:
