@@ -91,7 +91,7 @@ def fitted(name: str, dataset: str, **params):
     return est, est.fit_predict(data)
 
 
-def toy_init_error(value: float = 0.0) -> pd.DataFrame:
+def toy_init_error(value: float | np.ndarray = 0.0) -> pd.DataFrame:
     index = pd.MultiIndex.from_product(
         [["w1", "w2", "w3", "w4", "w5"], ["yes", "no"]], names=["worker", "label"]
     )
@@ -101,8 +101,15 @@ def toy_init_error(value: float = 0.0) -> pd.DataFrame:
 # --- labels, names and published tables -------------------------------------------------------
 
 
-@pytest.mark.parametrize("dataset", ["toy", "simple"])
-@pytest.mark.parametrize("name", ALL)
+# ZenCrowd and MinimaxEntropy have no crowd-kit counterpart, so no published labels: they are held
+# to the fixtures' ground truth, except MinimaxEntropy on the toy answers, where its posterior on
+# t2 is within 0.01 of 1/2 (5 answers a task leave its per-task terms barely constrained).
+LABEL_CASES = [
+    (n, d) for n in ALL for d in ("toy", "simple") if (n, d) != ("MinimaxEntropy", "toy")
+]
+
+
+@pytest.mark.parametrize("name, dataset", LABEL_CASES)
 def test_labels_on_published_fixtures(name, dataset):
     est, labels = fitted(name, dataset)
     want = expected_labels(name, dataset)
@@ -270,6 +277,34 @@ def test_dawid_skene_initial_error_can_overturn_a_label():
     assert_series_equal(est.labels_.sort_index(), ground_truth("toy"))
 
 
+def test_dawid_skene_assign_keeps_the_given_matrix_before_any_step():
+    # Each worker's matrix normalised over the labels given, per true label: a valid start.
+    counts = np.random.default_rng(0).integers(1, 100, size=(10, 2)).astype(float)
+    init = toy_init_error(counts)
+    init = init / init.groupby("worker").transform("sum")
+    est = ck.DawidSkene(n_iter=0, tol=0.0, initial_error_strategy="assign")
+    assert_frame_equal(est.fit(answers("toy"), initial_error=init).errors_, init, check_like=True)
+
+
+def test_dawid_skene_assign_from_its_own_fit():
+    est = ck.DawidSkene(n_iter=10, tol=0).fit(answers("toy"))
+    again = ck.DawidSkene(n_iter=10, tol=0, initial_error_strategy="assign")
+    again.fit(answers("toy"), initial_error=est.errors_)
+    assert_series_equal(again.labels_.sort_index(), ground_truth("toy"))
+
+
+def test_dawid_skene_assign_can_overturn_a_label():
+    # Every "yes" of w1-w3 and every "no" of w4, w5 taken to come from a "no" task: t2, answered
+    # yes by w1-w3 and no by w4, w5, becomes "no".
+    init = toy_init_error(0.5)
+    for worker, given, other in [("w1", "yes", "no"), ("w2", "yes", "no"), ("w3", "yes", "no")]:
+        init.loc[(worker, given), "no"], init.loc[(worker, other), "no"] = 0.99, 0.01
+    for worker in ["w4", "w5"]:
+        init.loc[(worker, "no"), "no"], init.loc[(worker, "yes"), "no"] = 0.99, 0.01
+    est = ck.DawidSkene(n_iter=10, tol=0, initial_error_strategy="assign")
+    assert est.fit(answers("toy"), initial_error=init).labels_["t2"] == "no"
+
+
 @pytest.mark.parametrize("overlap", [3, 300, 3000])
 def test_dawid_skene_overlap(overlap):
     # Every task gets "no" from a third of the workers and "yes" from the rest.
@@ -300,12 +335,10 @@ def test_dawid_skene_empty_input(name):
     assert_series_equal(est.labels_, pd.Series(dtype=float, name="agg_label"))
 
 
-@pytest.mark.parametrize(
-    "name, dtype", [("MajorityVote", object), ("Wawa", object), ("KOS", object)]
-)
-def test_voting_empty_input(name, dtype):
+@pytest.mark.parametrize("name", ["MajorityVote", "Wawa", "KOS"])
+def test_voting_empty_input(name):
     est = getattr(ck, name)()
-    assert_series_equal(est.fit_predict(EMPTY), pd.Series([], dtype=dtype, name="agg_label"))
+    assert_series_equal(est.fit_predict(EMPTY), pd.Series([], dtype=object, name="agg_label"))
     if name != "KOS":
         assert est.probas_.empty
         assert est.skills_.empty and est.skills_.name == "skill"
@@ -326,20 +359,7 @@ BOOL_ANSWERS = pd.DataFrame(
 )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "MajorityVote",
-        "Wawa",
-        "ZeroBasedSkill",
-        "DawidSkene",
-        "OneCoinDawidSkene",
-        "GLAD",
-        "MACE",
-        "KOS",
-        "MMSR",
-    ],
-)
+@pytest.mark.parametrize("name", [n for n in ALL if n != "GoldMajorityVote"] + ["KOS"])
 def test_bool_labels(name):
     est = getattr(ck, name)()
     want = pd.Series([True, True], pd.Index(["t1", "t2"], name="task"), name="agg_label")
@@ -480,6 +500,8 @@ CHANGED = {  # n_iter / random_state set, and the fixture still gets its publish
     "MACE": {"n_restarts": 1, "n_iter": 5, "method": "vb", "random_state": 0},
     "KOS": {"n_iter": 10, "random_state": 0},
     "MMSR": {"n_iter": 5000, "random_state": 3},
+    "ZenCrowd": {"n_iter": 20, "tol": 1e-6},
+    "MinimaxEntropy": {"n_iter": 20, "tol": 1e-6},
 }
 
 
@@ -544,12 +566,14 @@ def agreement(name: str, data: pd.DataFrame) -> float:
     "name", ["Wawa", "ZeroBasedSkill", "DawidSkene", "OneCoinDawidSkene", "GLAD", "MACE", "MMSR"]
 )
 def test_same_labels_as_crowdkit_on_fixtures(name, dataset):
+    pytest.importorskip("crowdkit")
     assert agreement(name, answers(dataset)) == 1.0
 
 
 @pytest.mark.parametrize("dataset", CATEGORICAL)
 @pytest.mark.parametrize("name", sorted(AGREEMENT))
 def test_agreement_with_crowdkit_on_bundled_data(name, dataset):
+    pytest.importorskip("crowdkit")
     data = datasets.load(dataset).answers.to_frame().rename(columns={"answer": "label"})
     if name == "KOS" and data["label"].nunique() != 2:
         pytest.skip("KOS is for two labels only")
