@@ -30,7 +30,7 @@ from privtd import client as client_module  # noqa: E402
 from privtd.client import Requester, ServiceError, Worker  # noqa: E402
 from privtd.errors import ValidationError  # noqa: E402
 from privtd.service import aggregate, create_app, db, requesters  # noqa: E402
-from privtd.service import app as service_app  # noqa: E402
+from privtd.service.routes import listing as service_listing  # noqa: E402
 from privtd.service.schema import requesters as t_requesters  # noqa: E402
 from privtd.service.schema import runs as t_runs  # noqa: E402
 from test_cli import run as cli  # noqa: E402
@@ -214,7 +214,7 @@ def test_an_export_stops_at_the_revocation(live, monkeypatch):
     # Before, an export already streaming ran to its end (every one of 30,000 reports reached
     # the thief after the owner's revocation answered 204) and ended complete.
     base, api = live
-    monkeypatch.setattr(service_app, "EXPORT_CHUNK", 1000)
+    monkeypatch.setattr(service_listing, "EXPORT_CHUNK", 1000)
     out = token_race.export(base, api.app_state.engine, 30_000)
     assert out["revoke_status"] == 204, out
     assert out["download"].startswith("cut off"), out
@@ -224,7 +224,7 @@ def test_an_export_stops_at_the_revocation(live, monkeypatch):
 
 def test_the_client_reports_an_export_cut_short(live, tmp_path, capsys, monkeypatch):
     base, api = live
-    monkeypatch.setattr(service_app, "EXPORT_CHUNK", 1000)
+    monkeypatch.setattr(service_listing, "EXPORT_CHUNK", 1000)
     # 200 answers of one worker (epsilon 200): past the default lifetime ceiling, said so.
     made = make_campaign(
         api,
@@ -236,7 +236,7 @@ def test_the_client_reports_an_export_cut_short(live, tmp_path, capsys, monkeypa
     body = submission(["yes"] * 200, params=made["mechanism"]["params"])
     reply = post(api, made["id"], body, alice)
     assert reply.status_code == 201, reply.text
-    real = service_app._report_lines
+    real = service_listing._report_lines
 
     def revoked_midway(engine, campaign, digest):
         lines = real(engine, campaign, digest)
@@ -244,7 +244,7 @@ def test_the_client_reports_an_export_cut_short(live, tmp_path, capsys, monkeypa
         assert requesters.revoke_presented(engine, digest)
         yield from lines
 
-    monkeypatch.setattr(service_app, "_report_lines", revoked_midway)
+    monkeypatch.setattr(service_listing, "_report_lines", revoked_midway)
     folder = tmp_path / "out"
     folder.mkdir()
     target = folder / "reports.csv"

@@ -453,7 +453,8 @@ class _SeededDawidSkene(inference.DawidSkene):
                     "The sum of each worker's error matrix in initial_error should be 1.0."
                 )
             seeded = initial.reindex(index=grid, columns=self._labels).fillna(0.0)
-            return np.ascontiguousarray(seeded.to_numpy(dtype=np.float64))
+            # A copy: the first M-step normalises it in place.
+            return seeded.to_numpy(dtype=np.float64, copy=True)
         if strategy == "addition":
             extra = initial.reindex(index=grid, columns=self._labels).fillna(0.0)
             return counts + extra.to_numpy(dtype=np.float64)

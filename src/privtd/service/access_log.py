@@ -53,10 +53,10 @@ class Routes:
 
     @classmethod
     def of(cls, app: Any) -> Routes:
-        routes = tuple(getattr(app, "routes", ()))
+        routes = _each_route(getattr(app, "routes", ()))
         files = {}
         for route in routes:
-            if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
+            if _is_mount(route) and isinstance(route.app, StaticFiles):
                 shipped: set[str] = set()
                 for folder in route.app.all_directories:
                     root = Path(folder)
@@ -65,6 +65,21 @@ class Routes:
                     )
                 files[route.path] = frozenset(shipped)
         return cls(routes, files)
+
+
+def _each_route(routes: Any) -> tuple[Any, ...]:
+    """The app's routes one by one. FastAPI 0.137 and later keep each included router as one
+    entry, matched lazily, that names no template: their route contexts are what it matches
+    with, each with the path its inclusion gives it."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # an older FastAPI copies an included router's routes into the app's
+        return tuple(routes)
+    return tuple(iter_route_contexts(routes))
+
+
+def _is_mount(route: Any) -> bool:
+    return isinstance(getattr(route, "original_route", route), Mount)
 
 
 def redact_path(path: str, query: str, routes: Routes, method: str = "GET") -> str:
@@ -89,7 +104,7 @@ def _template(path: str, method: str, routes: Routes) -> str:
     if found is None:
         return "/" + REDACTED
     route, child = found
-    if isinstance(route, Mount):
+    if _is_mount(route):
         rest = path[len(child.get("root_path", route.path)) :].lstrip("/")
         shown = rest if rest in routes.files.get(route.path, ()) else REDACTED
         return f"{route.path}/{shown}"
