@@ -41,6 +41,7 @@ CATEGORICAL = {
     "wv": {"max_iter": 5},
     "ds": {"max_iter": 6, "tol": 0.0},
     "one-coin-ds": {"max_iter": 6, "tol": 0.0},
+    "zencrowd": {"max_iter": 6, "tol": 0.0},
     "crh": {"max_iter": 5},
     "catd": {"max_iter": 5},
 }
@@ -234,6 +235,16 @@ def test_aware_estimators_same_labels_as_in_memory(
         # Its default class prior: fixed uniform through a channel over more than two labels.
         auto = "uniform" if k > 2 and mechanism != "none" else "learned"
         assert dist.class_prior_ == mem.class_prior_ == auto
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "kind", "partitions"), [("one-layer", "cat", 3), ("two-layer", "bin", 7)]
+)
+def test_aware_zencrowd_same_labels_as_in_memory(mechanism, kind, partitions, files, ingested):
+    k = 3 if kind == "cat" else 2
+    params = {"mechanism": _mechanism(mechanism, k), "max_iter": 8, "tol": 0.0}
+    mem, dist = _both("aware-zencrowd", params, files[f"{kind}_frame"], ingested(kind, partitions))
+    _assert_same(mem, dist, numeric=False)
 
 
 @pytest.mark.parametrize("method", ["aware-ds", "aware-one-coin"])

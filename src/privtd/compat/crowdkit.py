@@ -422,10 +422,11 @@ class _SeededDawidSkene(inference.DawidSkene):
 
     fewest_iterations = 0
 
-    def _start_counts(self, answers: Answers, counts: np.ndarray) -> np.ndarray:
+    def _start_counts(self, counts: np.ndarray) -> np.ndarray:
         initial, strategy = self._initial_error, self._strategy
         if initial is None or strategy is None:
             return counts
+        answers = self._answers
         k = answers.n_labels
         grid = pd.MultiIndex.from_product(
             [answers.workers, self._labels], names=["worker", "label"]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, WarmStart, _check_float, confusion_frame
+from ._base import Gold, WarmStart, _check_float, confusion_frame
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import shares, vote_matrix
 

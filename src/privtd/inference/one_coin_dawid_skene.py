@@ -9,7 +9,6 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import per_worker
 from .dawid_skene import EPS

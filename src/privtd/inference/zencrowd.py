@@ -21,16 +21,71 @@ from typing import Any
 import numpy as np
 
 from ..answers import Answers
-from . import _kernels
-from ._base import Estimator, Gold
 from ._channel import channel_matrix, compose_confusions, truth_part
-from ._ops import per_worker, shares, vote_matrix
-from .dawid_skene import fix_gold, gold_array
+from ._em import EMEstimator, Fit, Model, Shape
+from ._ops import per_worker
+from .dawid_skene import ds_pass
 
 _CLIP = 1e-6
 
 
-class ZenCrowd(Estimator):
+def zencrowd_start(part: Any, previous: Any, arg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per part: the EM start (label frequencies, a warm start's posteriors, gold) and each
+    worker's posterior mass on the reports it gave."""
+    mu = part.soft_start()
+    return mu, np.bincount(part.worker, mu[part.task, part.value], minlength=part.n_workers)
+
+
+class ZenCrowdModel(Model):
+    """ZenCrowd's sufficient statistics: Dawid-Skene's pass (:func:`~.dawid_skene.ds_pass`)
+    under the one-reliability confusions, with a uniform class prior; parameters: each
+    worker's reliability."""
+
+    start = staticmethod(zencrowd_start)
+    step = staticmethod(ds_pass)
+
+    def __init__(self, tol: float, shape: Shape, channel: np.ndarray | None) -> None:
+        super().__init__(tol)
+        self.shape, self.channel = shape, channel
+        k = shape.n_labels
+        self.log_prior = np.full(k, -np.log(k))
+        self.counts = shape.counts.astype(np.float64)
+
+    def init(self, stats: Any) -> np.ndarray:
+        # The share of each worker's reports that match, taken through the channel (observed
+        # accuracy A = p (1 - f) + (1 - p) f / (K - 1) under RR at flip f).
+        k = self.shape.n_labels
+        reliability = per_worker(np.asarray(stats, dtype=np.float64), self.counts, 1.0 / k)
+        if self.channel is not None:
+            f = 1.0 - float(self.channel[0, 0])
+            reliability = (reliability - f / (k - 1)) / (1.0 - f * k / (k - 1))
+        return np.clip(reliability, _CLIP, 1.0 - _CLIP)
+
+    def step_params(self, reliability: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k, n_w = self.shape.n_labels, self.shape.n_workers
+        wrong = (1.0 - reliability) / (k - 1)
+        # Per worker P(r | l) through the channel, kept for the M-step.
+        self.composed = compose_confusions(
+            self.channel, reliability - wrong, np.repeat(wrong[:, None], k, axis=1)
+        )
+        self.reliability = reliability
+        return np.log(self.composed).reshape(n_w * k, k), self.log_prior
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        # A report's own answer is the truth with weight p C[r, l] / P(r | l).
+        k, n_w = self.shape.n_labels, self.shape.n_workers
+        flat = np.asarray(stats[0], dtype=np.float64)
+        right = truth_part(self.channel, flat.reshape(n_w, k, k), self.composed, self.reliability)
+        return np.clip(per_worker(right, self.counts, 1.0 / k), _CLIP, 1 - _CLIP)
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[2]) / self.shape.n_answers
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol
+
+
+class ZenCrowd(EMEstimator):
     """ZenCrowd (Demartini et al. 2012): one reliability per worker (see module doc).
 
     Start: soft majority vote (or a warm start's posteriors), then the reliability step.
@@ -46,67 +101,28 @@ class ZenCrowd(Estimator):
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = reliability ``p_u``).
     """
 
-    iterative = True
     warm_starts = True
 
     def __init__(self, *, max_iter: int = 100, tol: float = 1e-5) -> None:
         self.max_iter = max_iter
         self.tol = tol
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        channel = channel_matrix(getattr(self, "mechanism", None), k, type(self).__name__)
-        t, w, r = answers.task, answers.worker, answers.value
-        counts = answers.worker_counts().astype(np.float64)
-        log_prior = np.full(k, -np.log(k))
+    def _model(self, shape: Shape) -> ZenCrowdModel:
+        channel = channel_matrix(
+            getattr(self, "mechanism", None), shape.n_labels, type(self).__name__
+        )
+        return ZenCrowdModel(self.tol, shape, channel)
 
-        mu = shares(vote_matrix(t, r, n_t, k))
-        if self._warm is not None:
-            self._warm.apply(mu)
-        fix_gold(mu, gold)
-        # The start: the share of each worker's reports that match, taken through the channel
-        # (observed accuracy A = p (1 - f) + (1 - p) f / (K - 1) under RR at flip f).
-        reliability = per_worker(np.bincount(w, mu[t, r], minlength=n_w), counts, 1.0 / k)
-        if channel is not None:
-            f = 1.0 - float(channel[0, 0])
-            reliability = (reliability - f / (k - 1)) / (1.0 - f * k / (k - 1))
-        reliability = np.clip(reliability, _CLIP, 1.0 - _CLIP)
-
-        layout = _kernels.TaskLayout(t, w, r, n_t)
-        wx = layout.worker.astype(np.int64) * k + layout.value
-        gold_labels = gold_array(gold, n_t)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        used = reliability
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            wrong = (1.0 - reliability) / (k - 1)
-            # Per worker P(r | l) through the channel; the Dawid-Skene pass on it gives the
-            # posteriors and each worker's report-truth counts.
-            composed = compose_confusions(
-                channel, reliability - wrong, np.repeat(wrong[:, None], k, axis=1)
-            )
-            mu, flat, _, loglik = _kernels.ds_step(
-                layout, wx, np.log(composed).reshape(n_w * k, k), log_prior, gold_labels
-            )
-            objective.append(loglik / answers.n_answers)
-            # Reported: the reliabilities the final posteriors were computed with.
-            used = reliability
-            # A report's own answer is the truth with weight p C[r, l] / P(r | l).
-            right = truth_part(channel, flat.reshape(n_w, k, k), composed, reliability)
-            reliability = np.clip(per_worker(right, counts, 1.0 / k), _CLIP, 1 - _CLIP)
-            if n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
-                converged = True
-                break
+    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
         self._set_results(
             answers,
             mu.argmax(axis=1),
             proba=mu,
-            weight=used,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            # Reported: the reliabilities the final posteriors were computed with.
+            weight=fit.used,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
         )
 
 

@@ -23,18 +23,19 @@ from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
 from .._base import Estimator, gold_series
-from .._em import run_em
+from .._em import EMEstimator, Shape, run_em
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
-from ..dawid_skene import DawidSkene, DawidSkeneModel, ds_pass, ds_start
+from ..dawid_skene import DawidSkene, ds_pass, ds_start
 from ..gtm import GTM
 from ..latent_class import LatentClass
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
-from ..one_coin_dawid_skene import OneCoinDawidSkene, OneCoinModel, one_coin_pass, one_coin_start
+from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
 from ..weighted_vote import WeightedVote
+from ..zencrowd import AwareZenCrowd, ZenCrowd
 from . import _shard
 from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
@@ -255,21 +256,11 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
     )
 
 
-def _fit_ds(est: DawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
-    fit = run_em(
-        DawidSkeneModel(est, data.n_tasks, data.n_answers), passes, est.max_iter, est._tick
-    )
-    tasks, _, mu = passes.collect()
-    assert mu is not None  # an EM's results have posteriors
-    est._finish(_coded(data, tasks), fit, mu)
-
-
-def _fit_one_coin(est: OneCoinDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
-    model = OneCoinModel(est.tol, data.n_tasks, data.n_answers, data.counts, data.n_labels)
-    fit = run_em(model, passes, est.max_iter, est._tick)
-    tasks, _, mu = passes.collect()
-    assert mu is not None  # an EM's results have posteriors
-    est._finish(_coded(data, tasks), fit, mu)
+def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None:
+    """An EM estimator: its own model and results, its steps run over the shards."""
+    fit = run_em(est._model(Shape.of(data)), passes, est.max_iter, est._tick)
+    tasks, _, state = passes.collect()
+    est._finish(_coded(data, tasks), fit, state)
 
 
 def _fit_wv(est: WeightedVote, data: DistributedAnswers, passes: _Passes) -> None:
@@ -486,8 +477,8 @@ def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswer
 _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     MajorityVote: ("mv", _fit_mv),
     WeightedVote: ("wv", _fit_wv),
-    DawidSkene: ("ds", _fit_ds),
-    OneCoinDawidSkene: ("one-coin-ds", _fit_one_coin),
+    DawidSkene: ("ds", _fit_em),
+    OneCoinDawidSkene: ("one-coin-ds", _fit_em),
     LatentClass: ("lc", _fit_lc),
     CRH: ("crh", _fit_loss_weighted),
     CATD: ("catd", _fit_loss_weighted),
@@ -496,6 +487,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     Median: ("median", _fit_plain(_shard.median_pass)),
     AwareDawidSkene: ("aware-ds", _fit_aware(ds_start, ds_pass)),
     AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
+    ZenCrowd: ("zencrowd", _fit_em),
+    AwareZenCrowd: ("aware-zencrowd", _fit_em),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -524,7 +517,7 @@ def fit_distributed(
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
         DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median,
-        AwareDawidSkene, AwareOneCoin), with ``tie_break="first"``.
+        ZenCrowd, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.

@@ -484,7 +484,15 @@ STATELESS = frozenset({"ds_pass", "one_coin_pass"})
 #: parameters alone, when they start from no previous state: it is not kept between passes
 #: but recomputed where needed (the results), so a shard holds no per-task floats.
 RECOMPUTABLE = frozenset(
-    {"ds_pass", "one_coin_pass", "ds_start", "one_coin_start", "mv_pass", "majority_agree"}
+    {
+        "ds_pass",
+        "one_coin_pass",
+        "ds_start",
+        "one_coin_start",
+        "zencrowd_start",
+        "mv_pass",
+        "majority_agree",
+    }
 )
 
 
