@@ -121,7 +121,7 @@ class _Coded:
         """crowd-kit's true labels for the tasks in the data (it ignores the others)."""
         if true_labels is None:
             return None
-        return true_labels[true_labels.index.isin(self.tasks)]
+        return true_labels[self.tasks.get_indexer(true_labels.index) >= 0]
 
 
 def _sorted(obj: Any) -> Any:
@@ -247,7 +247,8 @@ class MajorityVote(_WithProbas):
             )
         if coded.empty:
             return coded
-        known = coded.frame["worker"].isin(skills.index).to_numpy()
+        # Per worker, then per answer: a hash lookup per worker, not per answer.
+        known = (skills.index.get_indexer(coded.workers) >= 0)[coded.answers.worker]
         if policy == "error" and not known.all():
             raise ValueError(
                 f"Skill value is missing in {int((~known).sum())} assignments: give skills for "
