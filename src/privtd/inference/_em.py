@@ -29,6 +29,10 @@ from ._ops import shares, vote_matrix
 Step = Callable[[Any, Any, Any], tuple[Any, Any]]
 
 
+class Largest(float):
+    """A statistic the parts combine by their maximum (a largest change), not their sum."""
+
+
 class Executor(Protocol):
     """Runs a step on every part and returns its statistics summed over the parts."""
 
@@ -47,6 +51,8 @@ class Model:
     step: Step
     #: What ``start`` receives as its third argument.
     start_arg: Any = None
+    #: A last step that turns each part's state into its results, where they differ.
+    finish: Step | None = None
 
     def __init__(self, tol: float) -> None:
         self.tol = tol
@@ -141,15 +147,30 @@ class EMEstimator(Estimator):
     def _model(self, shape: Shape) -> Model:
         raise NotImplementedError
 
-    def _finish(self, answers: Answers, fit: Fit, state: Any) -> None:
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
         raise NotImplementedError
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         executor = InMemory(MemoryPart(answers, gold, self._warm))
-        fit = run_em(self._model(Shape.of(answers)), executor, int(self.max_iter), self._tick)
-        self._finish(answers, fit, executor.state)
+        model = self._model(Shape.of(answers))
+        fit = run_em(model, executor, int(self.max_iter), self._tick)
+        if model.finish is not None:
+            executor.run(model.finish)
+        self._finish(answers, fit, *results(executor.state))
 
     max_iter: int
+
+
+def results(state: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A part's final state as its truths and probabilities: a pair as it is, posteriors
+    (one row per task) with their arg-max, truths alone without probabilities."""
+    if isinstance(state, tuple):
+        return state
+    if state.ndim == 2:
+        return state.argmax(axis=1), state
+    return state, None
 
 
 class MemoryPart:
@@ -187,6 +208,12 @@ class MemoryPart:
             if self.gold is not None:
                 self._gold_codes[self.gold.index] = self.gold.value
         return self._gold_codes
+
+    def fix_labels(self, truth: np.ndarray) -> np.ndarray:
+        """``truth`` (one value per task) with the gold tasks' set to their label codes."""
+        if self.gold is not None:
+            truth[self.gold.index] = self.gold.value
+        return truth
 
     def soft_start(self) -> np.ndarray:
         """Label frequencies per task, the usual EM start, or a warm start's posteriors where

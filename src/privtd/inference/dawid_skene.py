@@ -145,7 +145,7 @@ class DawidSkene(EMEstimator):
     def _model(self, shape: Shape) -> DawidSkeneModel:
         return DawidSkeneModel(self, shape.n_tasks, shape.n_answers, self._start_counts)
 
-    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
         """The fitted attributes from the EM's end and the last posteriors."""
         n_w, k = answers.n_workers, answers.n_labels
         confusion, prior = fit.params
@@ -155,7 +155,7 @@ class DawidSkene(EMEstimator):
         accuracy = (np.diagonal(cube, axis1=1, axis2=2) * prior).sum(axis=1)
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            truth,
             proba=mu,
             weight=accuracy,
             n_iter=fit.n_iter,

@@ -6,15 +6,80 @@ P2's main model: the secure protocol splits exactly these E- and M-steps between
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Estimator, Gold, _check_float
+from ._base import _check_float
+from ._em import EMEstimator, Fit, Largest, Model, Shape
 from ._ops import shares, vote_matrix
 
 
-class LatentClass(Estimator):
+def lc_start(part: Any, previous: Any, arg: Any) -> tuple[np.ndarray, Any]:
+    """Per part: the positive vote share per task (a warm start's where it has one, gold
+    fixed), then the M-step's per-worker sums and the posteriors' sum."""
+    mu = shares(vote_matrix(part.task, part.value, part.n_tasks, 2))[:, 1]
+    warm = getattr(part, "warm", None)
+    if warm is not None:
+        mu[warm.index] = warm.value[:, 1]
+    mu = part.fix_labels(mu)  # gold codes 0 / 1 are the posteriors of the positive class
+    x = part.value.astype(np.float64)
+    return mu, (LatentClass.m_sums(mu, part.task, part.worker, x, part.n_workers), mu.sum())
+
+
+def lc_pass(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[np.ndarray, Any]:
+    """Per part: the E-step from the M-step's parameters, the largest change of a posterior,
+    the log-likelihood and the next M-step's sums."""
+    from scipy.special import expit  # on use: costs ~0.5 s to import
+
+    sens, spec, prior = params
+    t, w, x = part.task, part.worker, part.value.astype(np.float64)
+    log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, part.n_tasks)
+    logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
+    loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
+    new = part.fix_labels(expit(logit))
+    change = Largest(np.max(np.abs(new - previous[0]), initial=0.0))
+    sums = LatentClass.m_sums(new, t, w, x, part.n_workers)
+    return new, (sums, new.sum(), loglik, change)
+
+
+def lc_finish(part: Any, previous: Any, _: Any) -> tuple[Any, None]:
+    """Per part: labels (the positive class from 1/2) and both classes' probabilities."""
+    mu = previous[0]
+    return ((mu >= 0.5).astype(np.int64), np.column_stack([1.0 - mu, mu])), None
+
+
+class LatentClassModel(Model):
+    """The two-coin model's sufficient statistics: per worker the posterior mass on each
+    class and the answers it explains, the posteriors' sum; parameters: sensitivity,
+    specificity and prior. Stops when no posterior moves by ``tol``."""
+
+    start = staticmethod(lc_start)
+    step = staticmethod(lc_pass)
+    finish = staticmethod(lc_finish)
+
+    def __init__(self, est: LatentClass, n_tasks: int) -> None:
+        super().__init__(est.tol)
+        self.est, self.n_tasks = est, n_tasks
+
+    def init(self, stats: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        return self.est.m_finish(
+            np.asarray(stats[0], dtype=np.float64), float(stats[1]) / self.n_tasks
+        )
+
+    def m_step(self, stats: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        return self.init(stats)
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[2])
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return float(stats[3]) < self.tol
+
+
+class LatentClass(EMEstimator):
     """Two-coin model: sensitivity ``alpha_u = P(x=1 | y=1)``, specificity ``beta_u = P(x=0 | y=0)``
     and prior ``p = P(y=1)``. The positive class is the second label in sorted order
     (``1`` for 0/1 labels, ``True`` for booleans).
@@ -27,7 +92,6 @@ class LatentClass(Estimator):
     ``objective_`` is the log-likelihood ``sum_q log(p a_q + (1 - p) b_q)``.
     """
 
-    iterative = True
     warm_starts = True
 
     def __init__(self, max_iter: int = 500, tol: float = 1e-4, eta: float = 1e-6) -> None:
@@ -39,60 +103,29 @@ class LatentClass(Estimator):
         super()._validate_params()
         _check_float("LatentClass", "eta", self.eta, 0.0, 0.5, low_open=True, high_open=True)
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        from scipy.special import expit  # on use: costs ~0.5 s to import
-
-        if answers.n_labels != 2:
+    def _model(self, shape: Shape) -> LatentClassModel:
+        if shape.n_labels != 2:
             raise ValidationError(
-                f"LatentClass is binary; these answers have {answers.n_labels} labels. "
+                f"LatentClass is binary; these answers have {shape.n_labels} labels. "
                 "Use DawidSkene (method 'ds') for more labels."
             )
-        t, w = answers.task, answers.worker
-        x = answers.value.astype(np.float64)
-        n_t, n_w = answers.n_tasks, answers.n_workers
-        mu = shares(vote_matrix(t, answers.value, n_t, 2))[:, 1]
-        if self._warm is not None:
-            mu[self._warm.index] = self._warm.value[:, 1]
-        if gold is not None:
-            mu[gold.index] = gold.value
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            sens, spec, prior = self.m_step(mu, t, w, x, n_w)
-            log_a, log_b = self.e_step_sums(sens, spec, t, w, x, n_t)
-            logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
-            objective.append(
-                float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
-            )
-            new = expit(logit)
-            if gold is not None:
-                new[gold.index] = gold.value
-            change = float(np.max(np.abs(new - mu)))
-            mu = new
-            if change < self.tol:
-                converged = True
-                break
-        sens, spec, prior = self.m_step(mu, t, w, x, n_w)
+        return LatentClassModel(self, shape.n_tasks)
+
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
+        sens, spec, prior = fit.params
         self.prior_ = prior
-        proba = np.column_stack([1.0 - mu, mu])
         self._set_results(
             answers,
-            (mu >= 0.5).astype(np.int64),
+            truth,
             proba=proba,
             weight=0.5 * (sens + spec),
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={"sensitivity": sens, "specificity": spec},
         )
-
-    def m_step(
-        self, mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_w: int
-    ) -> tuple[np.ndarray, np.ndarray, float]:
-        """Per-worker sensitivity and specificity, and the class prior, from posteriors ``mu``."""
-        return self.m_finish(self.m_sums(mu, t, w, x, n_w), float(mu.mean()))
 
     @staticmethod
     def m_sums(mu: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray, n_w: int) -> np.ndarray:

@@ -92,14 +92,14 @@ class OneCoinDawidSkene(EMEstimator):
     def _model(self, shape: Shape) -> OneCoinModel:
         return OneCoinModel(self.tol, shape.n_tasks, shape.n_answers, shape.counts, shape.n_labels)
 
-    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
         """The fitted attributes from the EM's end and the last posteriors."""
         skill, prior = fit.params
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
         log_right, log_wrong = self._log_confusion(skill, answers.n_labels)
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            truth,
             proba=mu,
             weight=skill,
             n_iter=fit.n_iter,

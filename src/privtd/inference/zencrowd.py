@@ -113,10 +113,10 @@ class ZenCrowd(EMEstimator):
         )
         return ZenCrowdModel(self.tol, shape, channel)
 
-    def _finish(self, answers: Answers, fit: Fit, mu: np.ndarray) -> None:
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            truth,
             proba=mu,
             # Reported: the reliabilities the final posteriors were computed with.
             weight=fit.used,

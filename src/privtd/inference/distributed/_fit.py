@@ -258,9 +258,12 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None:
     """An EM estimator: its own model and results, its steps run over the shards."""
-    fit = run_em(est._model(Shape.of(data)), passes, est.max_iter, est._tick)
-    tasks, _, state = passes.collect()
-    est._finish(_coded(data, tasks), fit, state)
+    model = est._model(Shape.of(data))
+    fit = run_em(model, passes, est.max_iter, est._tick)
+    if model.finish is not None:
+        passes.run(model.finish)
+    tasks, truth, proba = passes.collect()
+    est._finish(_coded(data, tasks), fit, truth, proba)
 
 
 def _fit_wv(est: WeightedVote, data: DistributedAnswers, passes: _Passes) -> None:
@@ -338,41 +341,6 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
         converged=converged,
         objective=objective,
         worker_columns={"loss": loss},
-    )
-
-
-def _fit_lc(est: LatentClass, data: DistributedAnswers, passes: _Passes) -> None:
-    if data.n_labels != 2:
-        raise ValidationError(
-            f"LatentClass is binary; these answers have {data.n_labels} labels. "
-            "Use DawidSkene (method 'ds') for more labels."
-        )
-    start = passes.run(_shard.lc_start)
-    sums, mean = _total(start, 0), float(_total(start, 1)) / data.n_tasks
-    objective: list[float] = []
-    converged = False
-    n_iter = 0
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        stats = passes.run(_shard.lc_pass, est.m_finish(sums, mean))
-        objective.append(float(_total(stats, 2)))
-        sums, mean = _total(stats, 0), float(_total(stats, 1)) / data.n_tasks
-        if float(stats[3]) < est.tol:
-            converged = True
-            break
-    sens, spec, prior = est.m_finish(sums, mean)
-    est.prior_ = prior
-    passes.run(_shard.lc_finish)
-    tasks, truth, proba = passes.collect()
-    est._set_results(
-        _coded(data, tasks),
-        truth,
-        proba=proba,
-        weight=0.5 * (sens + spec),
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
-        worker_columns={"sensitivity": sens, "specificity": spec},
     )
 
 
@@ -479,7 +447,7 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     WeightedVote: ("wv", _fit_wv),
     DawidSkene: ("ds", _fit_em),
     OneCoinDawidSkene: ("one-coin-ds", _fit_em),
-    LatentClass: ("lc", _fit_lc),
+    LatentClass: ("lc", _fit_em),
     CRH: ("crh", _fit_loss_weighted),
     CATD: ("catd", _fit_loss_weighted),
     GTM: ("gtm", _fit_gtm),

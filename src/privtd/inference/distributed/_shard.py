@@ -21,6 +21,8 @@ import pandas as pd
 from ...answers import _code_dtype, _code_numeric
 from ...errors import SchemaError, ValidationError
 from .. import _kernels
+from .._em import Largest
+from .._em import results as state_results
 from .._ops import (
     SortedByTask,
     largest_change,
@@ -288,6 +290,10 @@ class Shard:
         """The task codes in the order of the answers (already sorted by task)."""
         return self.task
 
+    def fix_labels(self, truth: np.ndarray) -> np.ndarray:
+        """``truth`` (one value per local task) with the gold tasks' set to their codes."""
+        return _fix_labels(self, truth)
+
     def soft_start(self) -> np.ndarray:
         """The EM start of the Dawid-Skene family: label frequencies per task, gold rows
         one-hot."""
@@ -409,10 +415,6 @@ def second(out: tuple[Any, Any]) -> Any:
     return out[1]
 
 
-class Largest(float):
-    """A statistic the shards combine by their maximum (a largest change), not their sum."""
-
-
 def combine(a: Any, b: Any) -> Any:
     """Two shards' statistics combined field by field: arrays added in float64, counts and
     scalars added, :class:`Largest` ones by their maximum (one step of the tree reduction)."""
@@ -429,13 +431,7 @@ def combine(a: Any, b: Any) -> Any:
 
 def results(shard: Shard, out: tuple[Any, Any]) -> dict[str, Any]:
     """The shard's final per-task state with its task ids, for the client to assemble."""
-    state = out[0]
-    if isinstance(state, tuple):
-        truth, proba = state
-    elif state.ndim == 2:  # EM posteriors
-        truth, proba = state.argmax(axis=1), state
-    else:
-        truth, proba = state, None
+    truth, proba = state_results(out[0])
     return {"ids": shard.task_ids, "first_row": shard.first_row, "truth": truth, "proba": proba}
 
 
@@ -587,37 +583,6 @@ def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
 
 def median_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     return _fix_values(shard, shard.sorted.median()), None
-
-
-def lc_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    """LatentClass: the positive vote share per task, then the M-step's per-worker sums."""
-    from ..latent_class import LatentClass
-
-    mu = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, 2))[:, 1]
-    mu = _fix_labels(shard, mu)  # gold codes 0 / 1 are the posteriors of the positive class
-    x = shard.value.astype(np.float64)
-    return mu, (LatentClass.m_sums(mu, shard.task, shard.worker, x, shard.n_workers), mu.sum())
-
-
-def lc_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
-    from scipy.special import expit
-
-    from ..latent_class import LatentClass
-
-    sens, spec, prior = params
-    t, w, x = shard.task, shard.worker, shard.value.astype(np.float64)
-    log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, shard.n_tasks)
-    logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
-    loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())
-    new = _fix_labels(shard, expit(logit))
-    change = Largest(np.max(np.abs(new - prev[0]), initial=0.0))
-    sums = LatentClass.m_sums(new, t, w, x, shard.n_workers)
-    return new, (sums, new.sum(), loglik, change)
-
-
-def lc_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    mu = prev[0]
-    return ((mu >= 0.5).astype(np.int64), np.column_stack([1.0 - mu, mu])), None
 
 
 def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
