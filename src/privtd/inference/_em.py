@@ -76,6 +76,10 @@ class Model:
     def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
         return n_iter > 1 and objective[-1] - objective[-2] < self.tol
 
+    def finish_params(self, fit: Fit) -> Any:
+        """What ``finish`` receives as its third argument."""
+        return None
+
 
 @dataclass
 class Fit:
@@ -157,7 +161,7 @@ class EMEstimator(Estimator):
         model = self._model(Shape.of(answers))
         fit = run_em(model, executor, int(self.max_iter), self._tick)
         if model.finish is not None:
-            executor.run(model.finish)
+            executor.run(model.finish, model.finish_params(fit))
         self._finish(answers, fit, *results(executor.state))
 
     max_iter: int
@@ -208,6 +212,12 @@ class MemoryPart:
             if self.gold is not None:
                 self._gold_codes[self.gold.index] = self.gold.value
         return self._gold_codes
+
+    def fix_rows(self, proba: np.ndarray) -> np.ndarray:
+        """``proba`` (a row per task) with the gold tasks' rows one-hot."""
+        if self.gold is not None:
+            proba[self.gold.index] = np.eye(proba.shape[1])[self.gold.value]
+        return proba
 
     def fix_labels(self, truth: np.ndarray) -> np.ndarray:
         """``truth`` (one value per task) with the gold tasks' set to their label codes."""

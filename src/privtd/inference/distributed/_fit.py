@@ -261,42 +261,9 @@ def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None
     model = est._model(Shape.of(data))
     fit = run_em(model, passes, est.max_iter, est._tick)
     if model.finish is not None:
-        passes.run(model.finish)
+        passes.run(model.finish, model.finish_params(fit))
     tasks, truth, proba = passes.collect()
     est._finish(_coded(data, tasks), fit, truth, proba)
-
-
-def _fit_wv(est: WeightedVote, data: DistributedAnswers, passes: _Passes) -> None:
-    k, counts = data.n_labels, data.counts
-    matches = _total(passes.run(_shard.wv_start))
-    objective: list[float] = []
-    converged = False
-    n_iter = 0
-    weight = np.zeros(data.n_workers)
-    accuracy = weight
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        accuracy = (matches + est.smoothing / k) / (counts + est.smoothing)
-        p = np.clip(accuracy, est.eta, 1.0 - est.eta)
-        weight = np.log((k - 1) * p / (1.0 - p))
-        stats = passes.run(_shard.wv_pass, weight)
-        matches = _total(stats, 0)
-        objective.append(float(_total(stats, 1)))
-        if int(_total(stats, 2)) <= est.tol:
-            converged = True
-            break
-    passes.run(_shard.wv_finish, weight)
-    tasks, truth, proba = passes.collect()
-    est._set_results(
-        _coded(data, tasks),
-        truth,
-        proba=proba,
-        weight=weight,
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
-        worker_columns={"accuracy": accuracy},
-    )
 
 
 def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passes) -> None:
@@ -444,7 +411,7 @@ def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswer
 
 _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     MajorityVote: ("mv", _fit_mv),
-    WeightedVote: ("wv", _fit_wv),
+    WeightedVote: ("wv", _fit_em),
     DawidSkene: ("ds", _fit_em),
     OneCoinDawidSkene: ("one-coin-ds", _fit_em),
     LatentClass: ("lc", _fit_em),

@@ -27,7 +27,6 @@ from .._ops import (
     SortedByTask,
     largest_change,
     shares,
-    softmax_rows,
     task_mean,
     vote_matrix,
     weighted_mean_from_sums,
@@ -290,6 +289,10 @@ class Shard:
         """The task codes in the order of the answers (already sorted by task)."""
         return self.task
 
+    def fix_rows(self, proba: np.ndarray) -> np.ndarray:
+        """``proba`` (a row per local task) with the gold tasks' rows one-hot."""
+        return _fix_rows(self, proba)
+
     def fix_labels(self, truth: np.ndarray) -> np.ndarray:
         """``truth`` (one value per local task) with the gold tasks' set to their codes."""
         return _fix_labels(self, truth)
@@ -490,27 +493,6 @@ RECOMPUTABLE = frozenset(
         "majority_agree",
     }
 )
-
-
-def wv_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    k = int(shard.n_labels or 0)
-    votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
-    truth = _fix_labels(shard, votes.argmax(axis=1))
-    matches = _kernels.agreement(shard.task, shard.worker, shard.value, truth, shard.n_workers)
-    return truth, matches
-
-
-def wv_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
-    new, matches, log_post, changed = _kernels.vote_step(
-        shard.layout, weight, prev[0], shard.gold_codes(), int(shard.n_labels or 0)
-    )
-    return new, (matches, log_post, changed)
-
-
-def wv_finish(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
-    k = int(shard.n_labels or 0)
-    votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
-    return (prev[0], _fix_rows(shard, softmax_rows(votes))), None
 
 
 def _zero_one_loss(shard: Shard, truth: np.ndarray) -> np.ndarray:
