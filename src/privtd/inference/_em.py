@@ -89,6 +89,7 @@ class Fit:
 
     params: Any
     used: Any = None
+    start_stats: Any = None
     n_iter: int = 0
     converged: bool = False
     objective: list[float] = field(default_factory=list)
@@ -102,7 +103,8 @@ def run_em(
     tick: Callable[[int], None] | None = None,
 ) -> Fit:
     """Start, then step and update until the model's stopping rule or ``max_iter``."""
-    fit = Fit(model.init(executor.run(model.start, model.start_arg)))
+    start = executor.run(model.start, model.start_arg)
+    fit = Fit(model.init(start), start_stats=start)
     for n_iter in range(1, max_iter + 1):
         if tick is not None:
             tick(n_iter)
@@ -224,6 +226,14 @@ class MemoryPart:
         if self.gold is not None:
             truth[self.gold.index] = self.gold.value
         return truth
+
+    def gold_values(self) -> np.ndarray | None:
+        """Numeric answers' gold truths per task, NaN where none (None without gold)."""
+        if self.gold is None:
+            return None
+        values = np.full(self.n_tasks, np.nan)
+        values[self.gold.index] = self.gold.value
+        return values
 
     def soft_start(self) -> np.ndarray:
         """Label frequencies per task, the usual EM start, or a warm start's posteriors where

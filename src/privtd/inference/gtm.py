@@ -3,15 +3,95 @@ docs/algorithms.md#gtm)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, _check_float
+from ._base import _check_float
+from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import SortedByTask
 
 
-class GTM(Estimator):
+def gtm_start(part: Any, previous: Any, model: GTM) -> tuple[Any, Any]:
+    """Per part: the per-task preprocessing (median, outliers, scale), exact because every
+    task is whole in a part, then the kept claims standardised; per-worker claim and outlier
+    counts."""
+    median, scale, keep = model._preprocess(part)
+    t, w = part.task[keep], part.worker[keep]
+    z = (part.value[keep] - median[t]) / scale[t]
+    has_claims = np.bincount(t, minlength=part.n_tasks) > 0
+    gold = part.gold_values()
+    gold_z = None if gold is None else (gold - median) / scale  # NaN off the gold tasks
+    n_u = np.bincount(w, minlength=part.n_workers)
+    n_outliers = np.bincount(part.worker[~keep], minlength=part.n_workers)
+    state = (np.zeros(part.n_tasks), t, w, z, median, scale, has_claims, gold_z)
+    return state, (n_u, n_outliers)
+
+
+def gtm_pass(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    """Per part: each task's posterior mean from the workers' variances, then each worker's
+    squared error and the sums of squares the objective and the stopping rule read."""
+    var, mu0, prior_prec = params
+    mu, t, w, z, median, scale, has_claims, gold_z = previous[0]
+    num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, part.n_tasks)
+    new = (mu0 * prior_prec + num) / (prior_prec + den)
+    if gold_z is not None:
+        fixed = ~np.isnan(gold_z)
+        new[fixed] = gold_z[fixed]
+    ones = np.ones(part.n_tasks)
+    sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, part.n_workers)
+    sums = (float(((new - mu0) ** 2).sum()), float(((new - mu) ** 2).sum()), float((mu**2).sum()))
+    return (new, t, w, z, median, scale, has_claims, gold_z), (sq_sum, *sums)
+
+
+def gtm_finish(part: Any, previous: Any, _: Any) -> tuple[Any, Any]:
+    """Per part: the truths back on the answers' scale (a task without kept claims: its
+    median)."""
+    mu, _t, _w, _z, median, scale, has_claims, _g = previous[0]
+    return np.where(has_claims, mu * scale + median, median), None
+
+
+class GTMModel(Model):
+    """GTM's sufficient statistics: per worker the squared error of its standardised claims,
+    the sums of squares of the truths' moves; parameters: each worker's variance. Stops when
+    the truths move by less than ``tol`` relative to their norm."""
+
+    start = staticmethod(gtm_start)
+    step = staticmethod(gtm_pass)
+    finish = staticmethod(gtm_finish)
+
+    def __init__(self, est: GTM, shape: Shape) -> None:
+        super().__init__(est.tol)
+        self.est, self.shape = est, shape
+        self.start_arg = est
+
+    def init(self, stats: Any) -> np.ndarray:
+        self.n_u = np.asarray(stats[0], dtype=np.float64)
+        return np.ones(self.shape.n_workers)
+
+    def step_params(self, var: np.ndarray) -> tuple[Any, ...]:
+        return var, self.est.mu0, 1.0 / self.est.sigma0_sq
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        est = self.est
+        self.sq_sum = np.asarray(stats[0], dtype=np.float64)
+        self.var = (2 * est.beta + self.sq_sum) / (2 * (est.alpha + 1) + self.n_u)
+        return self.var
+
+    def objective(self, stats: Any) -> float:
+        # Called before m_step: the variances the objective reads are the next ones.
+        var = self.m_step(stats)
+        return self.est._log_posterior(float(stats[1]), var, self.sq_sum, self.n_u)
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        # ||mu - mu_old||_2 / max(||mu_old||_2, 1e-12), from the parts' sums of squares.
+        change = np.sqrt(float(stats[2])) / max(np.sqrt(float(stats[3])), 1e-12)
+        return bool(change < self.tol)
+
+
+class GTM(EMEstimator):
     """Bayesian truth model: ``mu_q ~ N(mu0, sigma0^2)``, ``sigma_u^2 ~ InvGamma(alpha, beta)``,
     ``x_uq ~ N(mu_q, sigma_u^2)``, fitted by EM on per-task standardised claims.
 
@@ -30,7 +110,6 @@ class GTM(Estimator):
     """
 
     kinds = ("numeric",)
-    iterative = True
 
     def __init__(
         self,
@@ -88,47 +167,24 @@ class GTM(Estimator):
         scale = np.where(scale > 0, scale, 1.0) if self.standardize else np.ones(n_t)
         return median, scale, keep
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        median, scale, keep = self._preprocess(answers)
-        t, w = answers.task[keep], answers.worker[keep]
-        z = (answers.value[keep] - median[t]) / scale[t]
-        n_t, n_w = answers.n_tasks, answers.n_workers
-        n_u = np.bincount(w, minlength=n_w)
-        has_claims = np.bincount(t, minlength=n_t) > 0
-        gold_z = None if gold is None else (gold.value - median[gold.index]) / scale[gold.index]
-        var = np.ones(n_w)
-        mu = np.zeros(n_t)
-        prior_prec = 1.0 / self.sigma0_sq
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        ones = np.ones(n_t)
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, n_t)
-            new = (self.mu0 * prior_prec + num) / (prior_prec + den)
-            if gold is not None:
-                new[gold.index] = gold_z
-            sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, n_w)
-            var = (2 * self.beta + sq_sum) / (2 * (self.alpha + 1) + n_u)
-            objective.append(
-                self._log_posterior(float(((new - self.mu0) ** 2).sum()), var, sq_sum, n_u)
-            )
-            change = np.linalg.norm(new - mu) / max(float(np.linalg.norm(mu)), 1e-12)
-            mu = new
-            if change < self.tol:
-                converged = True
-                break
-        truth = np.where(has_claims, mu * scale + median, median)
-        n_outliers = np.bincount(answers.worker[~keep], minlength=n_w)
+    def _model(self, shape: Shape) -> GTMModel:
+        return GTMModel(self, shape)
+
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
+        var = fit.params
         self._set_results(
             answers,
             truth,
             weight=1.0 / var,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
-            worker_columns={"variance": var, "n_outliers": n_outliers},
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
+            worker_columns={
+                "variance": var,
+                "n_outliers": np.asarray(fit.start_stats[1]).astype(np.int64),
+            },
         )
 
     def _log_posterior(

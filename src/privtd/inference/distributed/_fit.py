@@ -311,38 +311,6 @@ def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passe
     )
 
 
-def _fit_gtm(est: GTM, data: DistributedAnswers, passes: _Passes) -> None:
-    start = passes.run(_shard.gtm_start, (est.delta0, est.delta2, est.standardize))
-    n_u, n_outliers = _total(start, 0), _total(start, 1)
-    var = np.ones(data.n_workers)
-    prior_prec = 1.0 / est.sigma0_sq
-    objective: list[float] = []
-    converged = False
-    n_iter = 0
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        stats = passes.run(_shard.gtm_pass, (var, est.mu0, prior_prec))
-        sq_sum = _total(stats, 0)
-        var = (2 * est.beta + sq_sum) / (2 * (est.alpha + 1) + n_u)
-        objective.append(est._log_posterior(float(_total(stats, 1)), var, sq_sum, n_u))
-        # ||mu - mu_old||_2 / max(||mu_old||_2, 1e-12), from the shards' sums of squares.
-        change = np.sqrt(float(_total(stats, 2))) / max(np.sqrt(float(_total(stats, 3))), 1e-12)
-        if change < est.tol:
-            converged = True
-            break
-    passes.run(_shard.gtm_finish)
-    tasks, truth, _ = passes.collect()
-    est._set_results(
-        _coded(data, tasks),
-        truth,
-        weight=1.0 / var,
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
-        worker_columns={"variance": var, "n_outliers": n_outliers.astype(np.int64)},
-    )
-
-
 @dataclass
 class _Mirrored:
     """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
@@ -417,7 +385,7 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     LatentClass: ("lc", _fit_em),
     CRH: ("crh", _fit_loss_weighted),
     CATD: ("catd", _fit_loss_weighted),
-    GTM: ("gtm", _fit_gtm),
+    GTM: ("gtm", _fit_em),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
     AwareDawidSkene: ("aware-ds", _fit_aware(ds_start, ds_pass)),

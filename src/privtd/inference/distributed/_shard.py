@@ -289,6 +289,10 @@ class Shard:
         """The task codes in the order of the answers (already sorted by task)."""
         return self.task
 
+    def gold_values(self) -> np.ndarray | None:
+        """Numeric gold truths per local task, NaN where none (None without gold)."""
+        return self.gold_value
+
     def fix_rows(self, proba: np.ndarray) -> np.ndarray:
         """``proba`` (a row per local task) with the gold tasks' rows one-hot."""
         return _fix_rows(self, proba)
@@ -565,44 +569,3 @@ def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
 
 def median_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     return _fix_values(shard, shard.sorted.median()), None
-
-
-def gtm_start(shard: Shard, _: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
-    """GTM: the per-task preprocessing (median, outliers, scale), exact because every task is
-    whole here, then the kept claims standardised; per-worker claim and outlier counts."""
-
-    from ...answers import Answers
-    from ..gtm import GTM
-
-    delta0, delta2, standardize = params
-    model = GTM(delta0=delta0, delta2=delta2, standardize=standardize)
-    median, scale, keep = model._preprocess(cast(Answers, shard))
-    t, w = shard.task[keep], shard.worker[keep]
-    z = (shard.value[keep] - median[t]) / scale[t]
-    has_claims = np.bincount(t, minlength=shard.n_tasks) > 0
-    mu = np.zeros(shard.n_tasks)
-    gold_z = None
-    if shard.gold is not None and shard.gold_value is not None and (shard.gold >= 0).any():
-        gold_z = (shard.gold_value - median) / scale  # NaN off the gold tasks
-    n_u = np.bincount(w, minlength=shard.n_workers)
-    n_outliers = np.bincount(shard.worker[~keep], minlength=shard.n_workers)
-    return (mu, t, w, z, median, scale, has_claims, gold_z), (n_u, n_outliers)
-
-
-def gtm_pass(shard: Shard, prev: tuple[Any, Any], params: tuple[Any, ...]) -> tuple[Any, Any]:
-    var, mu0, prior_prec = params
-    mu, t, w, z, median, scale, has_claims, gold_z = prev[0]
-    num, den = _kernels.weighted_task_sums(t, w, z, 1.0 / var, shard.n_tasks)
-    new = (mu0 * prior_prec + num) / (prior_prec + den)
-    if gold_z is not None:
-        fixed = shard.gold_codes() >= 0
-        new[fixed] = gold_z[fixed]
-    ones = np.ones(shard.n_tasks)
-    sq_sum = _kernels.worker_loss(t, w, z, new, ones, True, shard.n_workers)
-    sums = (float(((new - mu0) ** 2).sum()), float(((new - mu) ** 2).sum()), float((mu**2).sum()))
-    return (new, t, w, z, median, scale, has_claims, gold_z), (sq_sum, *sums)
-
-
-def gtm_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    mu, _t, _w, _z, median, scale, has_claims, _g = prev[0]
-    return np.where(has_claims, mu * scale + median, median), None
