@@ -51,6 +51,8 @@ NUMERIC = {
     "crh": {"max_iter": 5, "tol": 0.0},
     "catd": {"max_iter": 5, "tol": 0.0},
     "gtm": {},
+    "raykar": {"max_iter": 5, "tol": 0.0},
+    "sigma": {"max_iter": 5, "tol": 0.0},
 }
 
 
@@ -293,8 +295,8 @@ def test_fit_distributed_reads_a_glob_and_starts_no_cluster_when_given_one(files
 
 # ---------------------------------------------------------------------- refusals, bad input
 def test_other_methods_refuse_naming_the_distributed_ones(files, ingested):
-    with pytest.raises(ValidationError, match="raykar|Raykar") as info:
-        fit_distributed(make_estimator("raykar"), ingested("num", 3))
+    with pytest.raises(ValidationError, match="GLAD") as info:
+        fit_distributed(make_estimator("glad"), ingested("cat", 3))
     assert all(m in str(info.value) for m in DISTRIBUTED_METHODS)
 
 
@@ -355,7 +357,7 @@ def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
     assert code == 2 and "No such file" in err and not out.exists()
     code, _, err = run(args[:-2], capsys)  # a directory, in memory
     assert code == 2 and "--engine dask" in err and not out.exists()
-    code, _, err = run([*args, "-m", "raykar"], capsys)
+    code, _, err = run([*args, "-m", "glad"], capsys)
     assert code == 2 and "one-coin-ds" in err and not out.exists()
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, WarmStart
-from ._ops import shares, vote_matrix
+from ._ops import SortedByTask, shares, vote_matrix
 
 Step = Callable[[Any, Any, Any], tuple[Any, Any]]
 
@@ -192,6 +192,7 @@ class MemoryPart:
         self.warm = warm
         self._wx: np.ndarray | None = None
         self._gold_codes: np.ndarray | None = None
+        self._sorted: SortedByTask | None = None
 
     @property
     def sorted_task(self) -> np.ndarray:
@@ -220,6 +221,19 @@ class MemoryPart:
         if self.gold is not None:
             proba[self.gold.index] = np.eye(proba.shape[1])[self.gold.value]
         return proba
+
+    @property
+    def sorted(self) -> SortedByTask:
+        """The answers sorted by (task, value), for medians; built on first use, then kept."""
+        if self._sorted is None:
+            self._sorted = SortedByTask(self.task, self.value, self.n_tasks)
+        return self._sorted
+
+    def fix_values(self, truth: np.ndarray) -> np.ndarray:
+        """Numeric ``truth`` with the gold tasks' set to their values."""
+        if self.gold is not None:
+            truth[self.gold.index] = self.gold.value
+        return truth
 
     def fix_labels(self, truth: np.ndarray) -> np.ndarray:
         """``truth`` (one value per task) with the gold tasks' set to their label codes."""

@@ -34,6 +34,8 @@ from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
+from ..raykar import Raykar
+from ..weighted_average import WeightedAverage
 from ..weighted_vote import WeightedVote
 from ..zencrowd import AwareZenCrowd, ZenCrowd
 from . import _shard
@@ -266,51 +268,6 @@ def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None
     est._finish(_coded(data, tasks), fit, truth, proba)
 
 
-def _fit_loss_weighted(est: CRH | CATD, data: DistributedAnswers, passes: _Passes) -> None:
-    """CRH and CATD (``LossWeightedEstimator``): the weight step on the client from the summed
-    per-worker losses, the truth step and the next losses in one pass over the shards."""
-    categorical = data.is_categorical
-    squared = est.numeric_loss == "squared"
-    if categorical:
-        start = passes.run(_shard.lw_cat_start)
-    else:
-        start = passes.run(_shard.lw_num_start, (est.init, est.normalize_by_std, squared))
-    loss = _total(start, 0)
-    objective: list[float] = []
-    converged = False
-    weight = np.ones(data.n_workers)
-    n_iter = 0
-    stats: Any = None
-    for n_iter in range(1, est.max_iter + 1):  # noqa: B007
-        est._tick(n_iter)
-        if n_iter > 1:  # the losses of the truths the last pass found
-            loss = _total(stats, 0)
-        weight = est._weights(loss, data.counts)
-        objective.append(float(weight @ loss))
-        if categorical:
-            stats = passes.run(_shard.lw_cat_pass, weight)
-            stop = int(_total(stats, 1)) <= est.tol
-        else:
-            stats = passes.run(_shard.lw_num_pass, (weight, squared))
-            # The largest change over all tasks: the max of the shards' maxima.
-            stop = float(stats[1]) < est.tol
-        if stop:
-            converged = True
-            break
-    passes.run(_shard.lw_cat_finish if categorical else _shard.lw_num_finish)
-    tasks, truth, proba = passes.collect()
-    est._set_results(
-        _coded(data, tasks),
-        truth,
-        proba=proba,
-        weight=weight,
-        n_iter=n_iter,
-        converged=converged,
-        objective=objective,
-        worker_columns={"loss": loss},
-    )
-
-
 @dataclass
 class _Mirrored:
     """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
@@ -383,9 +340,11 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     DawidSkene: ("ds", _fit_em),
     OneCoinDawidSkene: ("one-coin-ds", _fit_em),
     LatentClass: ("lc", _fit_em),
-    CRH: ("crh", _fit_loss_weighted),
-    CATD: ("catd", _fit_loss_weighted),
+    CRH: ("crh", _fit_em),
+    CATD: ("catd", _fit_em),
     GTM: ("gtm", _fit_em),
+    Raykar: ("raykar", _fit_em),
+    WeightedAverage: ("sigma", _fit_em),
     Mean: ("mean", _fit_plain(_shard.mean_pass)),
     Median: ("median", _fit_plain(_shard.median_pass)),
     AwareDawidSkene: ("aware-ds", _fit_aware(ds_start, ds_pass)),
@@ -419,8 +378,9 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, CRH, CATD, GTM, Mean, Median,
-        ZenCrowd, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with ``tie_break="first"``.
+        DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, CRH, CATD, GTM, Raykar,
+        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with
+        ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.

@@ -25,11 +25,9 @@ from .._em import Largest
 from .._em import results as state_results
 from .._ops import (
     SortedByTask,
-    largest_change,
     shares,
     task_mean,
     vote_matrix,
-    weighted_mean_from_sums,
 )
 
 Piece = dict[str, Any]
@@ -297,6 +295,10 @@ class Shard:
         """``proba`` (a row per local task) with the gold tasks' rows one-hot."""
         return _fix_rows(self, proba)
 
+    def fix_values(self, truth: np.ndarray) -> np.ndarray:
+        """Numeric ``truth`` with the gold tasks' set to their values."""
+        return _fix_values(self, truth)
+
     def fix_labels(self, truth: np.ndarray) -> np.ndarray:
         """``truth`` (one value per local task) with the gold tasks' set to their codes."""
         return _fix_labels(self, truth)
@@ -497,70 +499,6 @@ RECOMPUTABLE = frozenset(
         "majority_agree",
     }
 )
-
-
-def _zero_one_loss(shard: Shard, truth: np.ndarray) -> np.ndarray:
-    wrong = truth[shard.task] != shard.value
-    return np.bincount(shard.worker, weights=wrong, minlength=shard.n_workers)
-
-
-def lw_cat_start(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
-    """LossWeightedEstimator (CRH, CATD) on labels: majority vote, then each worker's 0-1 loss."""
-    k = int(shard.n_labels or 0)
-    votes = vote_matrix(shard.task, shard.value, shard.n_tasks, k)
-    truth = _fix_labels(shard, votes.argmax(axis=1))
-    return (truth, votes), (_zero_one_loss(shard, truth), 0)
-
-
-def lw_cat_pass(shard: Shard, prev: tuple[Any, Any], weight: np.ndarray) -> tuple[Any, Any]:
-    truth = prev[0][0]
-    k = int(shard.n_labels or 0)
-    votes = _kernels.worker_votes(shard.task, shard.value, shard.worker, weight, shard.n_tasks, k)
-    new = _fix_labels(shard, votes.argmax(axis=1))
-    changed = int((new != truth).sum())
-    return (new, votes), (_zero_one_loss(shard, new), changed)
-
-
-def lw_cat_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    truth, votes = prev[0]
-    return (truth, shares(votes)), None
-
-
-def lw_num_start(shard: Shard, _: Any, params: tuple[str, bool, bool]) -> tuple[Any, Any]:
-    """LossWeightedEstimator on numbers: the start (median or mean), each task's inverse answer
-    spread (CRH's normalisation), then each worker's loss."""
-    init, normalize_by_std, squared = params
-    t, x, n_t = shard.task, shard.value, shard.n_tasks
-    truth = _fix_values(shard, shard.sorted.median() if init == "median" else task_mean(t, x, n_t))
-    inv_scale = np.ones(n_t)
-    if normalize_by_std:
-        n_q = np.maximum(np.bincount(t, minlength=n_t), 1)
-        mean = np.bincount(t, weights=x, minlength=n_t) / n_q
-        var = np.bincount(t, weights=(x - mean[t]) ** 2, minlength=n_t) / n_q
-        inv_scale = 1.0 / np.maximum(np.sqrt(var), 1e-12)
-    loss = _kernels.worker_loss(t, shard.worker, x, truth, inv_scale, squared, shard.n_workers)
-    return (truth, inv_scale), (loss, 0.0)
-
-
-def lw_num_pass(
-    shard: Shard, prev: tuple[Any, Any], params: tuple[np.ndarray, bool]
-) -> tuple[Any, Any]:
-    weight, squared = params
-    truth, inv_scale = prev[0]
-    t, w, x, n_t = shard.task, shard.worker, shard.value, shard.n_tasks
-    if squared:
-        num, den = _kernels.weighted_task_sums(t, w, x, weight, n_t)
-        new = weighted_mean_from_sums(num, den, t, x, n_t)
-    else:
-        new = shard.sorted.weighted_median(weight[w])
-    new = _fix_values(shard, new)
-    change = Largest(largest_change(new, truth))
-    loss = _kernels.worker_loss(t, w, x, new, inv_scale, squared, shard.n_workers)
-    return (new, inv_scale), (loss, change)
-
-
-def lw_num_finish(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    return prev[0][0], None
 
 
 def mean_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
