@@ -1,9 +1,11 @@
 """The client's half of each estimator on a cluster: one pass over the shards per iteration.
 
-Each driver follows its estimator's in-memory ``_fit`` step for step, with the same start,
-updates, stopping rule and fitted attributes; where the in-memory loop sums over all answers,
-it sums the shards' per-worker statistics here, in partition order, in float64. The per-shard
-work is in :mod:`._shard` and calls the in-memory kernels.
+An EM estimator (:class:`~privtd.inference._em.EMEstimator`) runs its own model here, with the
+loop of its in-memory fit (:func:`~privtd.inference._em.run_em`): :class:`_Passes` is the
+executor, each shard a part, the per-worker statistics summed over the shards in partition
+order, in float64. The other drivers (majority vote, mean and median, the aware estimators'
+truth step) follow their estimator's in-memory ``_fit`` step for step; their per-shard work is
+in :mod:`._shard` and calls the in-memory kernels.
 """
 
 from __future__ import annotations
