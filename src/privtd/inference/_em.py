@@ -187,12 +187,21 @@ class MemoryPart:
         self.task, self.worker, self.value = answers.task, answers.worker, answers.value
         self.n_tasks, self.n_workers = answers.n_tasks, answers.n_workers
         self.n_labels = answers.n_labels if answers.labels is not None else None
-        self.layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, self.n_tasks)
+        self._layout: _kernels.TaskLayout | None = None
         self.gold = gold
         self.warm = warm
         self._wx: np.ndarray | None = None
         self._gold_codes: np.ndarray | None = None
         self._sorted: SortedByTask | None = None
+        self._floats: np.ndarray | None = None
+
+    @property
+    def layout(self) -> _kernels.TaskLayout:
+        """The answers sorted by task, which the fused kernels read; built on first use (the
+        models without such a kernel never pay for the sort)."""
+        if self._layout is None:
+            self._layout = _kernels.TaskLayout(self.task, self.worker, self.value, self.n_tasks)
+        return self._layout
 
     @property
     def sorted_task(self) -> np.ndarray:
@@ -221,6 +230,13 @@ class MemoryPart:
         if self.gold is not None:
             proba[self.gold.index] = np.eye(proba.shape[1])[self.gold.value]
         return proba
+
+    def value_floats(self) -> np.ndarray:
+        """The answers as float64 (label codes as numbers), built once and reused by every
+        step: a fresh copy per step costs page faults more than the arithmetic."""
+        if self._floats is None:
+            self._floats = self.value.astype(np.float64)
+        return self._floats
 
     @property
     def sorted(self) -> SortedByTask:

@@ -25,7 +25,7 @@ def lc_start(part: Any, previous: Any, arg: Any) -> tuple[np.ndarray, Any]:
     if warm is not None:
         mu[warm.index] = warm.value[:, 1]
     mu = part.fix_labels(mu)  # gold codes 0 / 1 are the posteriors of the positive class
-    x = part.value.astype(np.float64)
+    x = part.value_floats()
     return mu, (LatentClass.m_sums(mu, part.task, part.worker, x, part.n_workers), mu.sum())
 
 
@@ -35,7 +35,7 @@ def lc_pass(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[np.ndarr
     from scipy.special import expit  # on use: costs ~0.5 s to import
 
     sens, spec, prior = params
-    t, w, x = part.task, part.worker, part.value.astype(np.float64)
+    t, w, x = part.task, part.worker, part.value_floats()
     log_a, log_b = LatentClass.e_step_sums(sens, spec, t, w, x, part.n_tasks)
     logit = np.log(prior) - np.log1p(-prior) + log_a - log_b
     loglik = float(np.logaddexp(np.log(prior) + log_a, np.log1p(-prior) + log_b).sum())

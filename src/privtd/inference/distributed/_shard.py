@@ -295,6 +295,10 @@ class Shard:
         """``proba`` (a row per local task) with the gold tasks' rows one-hot."""
         return _fix_rows(self, proba)
 
+    def value_floats(self) -> np.ndarray:
+        """The answers as float64, a pass's temporary (a shard keeps its lean codes only)."""
+        return self.value.astype(np.float64)
+
     def fix_values(self, truth: np.ndarray) -> np.ndarray:
         """Numeric ``truth`` with the gold tasks' set to their values."""
         return _fix_values(self, truth)
