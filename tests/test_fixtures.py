@@ -32,6 +32,8 @@ from privtd.inference import (
     WeightedVote,
     _kernels,
 )
+from privtd.inference._kernels import pick_sum
+from privtd.inference.one_coin_dawid_skene import OneCoinModel
 
 WORKERS = ["A", "B", "C", "D", "E"]
 TASKS = ["t1", "t2", "t3", "t4", "t5"]
@@ -194,9 +196,10 @@ def test_one_coin_m_step(binary):
     # s_A = mean posterior of A's labels = (.6 + .6 + .8 + .8 + .6) / 5 = .68;
     # s_E (answers 0, 1, 1, 0, 0) = (.4 + .4 + .8 + .8 + .4) / 5 = .56.
     mu = np.column_stack([1 - np.array([0.6, 0.4, 0.8, 0.2, 0.6]), [0.6, 0.4, 0.8, 0.2, 0.6]])
-    skill = OneCoinDawidSkene._m_step(
-        mu, binary.task, binary.worker, binary.value, binary.worker_counts(), 5
-    )
+    sums = pick_sum(binary.task, binary.value, binary.worker, mu, 5)
+    skill = OneCoinModel(1e-5, 5, binary.n_answers, binary.worker_counts(), 2).m_step(
+        (sums, mu.sum(axis=0), 0.0)
+    )[0]
     assert skill[0] == pytest.approx(0.68) and skill[4] == pytest.approx(0.56)
 
 
@@ -210,7 +213,8 @@ def test_latent_class_steps(binary):
     # sens_A = sum mu x / sum mu = 2.0 / 2.6; spec_A = (.6 + .8) / 2.4; prior = 2.6 / 5.
     mu = np.array([0.6, 0.4, 0.8, 0.2, 0.6])
     x = binary.value.astype(float)
-    sens, spec, prior = LatentClass().m_step(mu, binary.task, binary.worker, x, 5)
+    sums = LatentClass.m_sums(mu, binary.task, binary.worker, x, 5)
+    sens, spec, prior = LatentClass().m_finish(sums, float(mu.mean()))
     assert (sens[0], spec[0], prior) == pytest.approx((2.0 / 2.6, 1.4 / 2.4, 0.52))
     # With sens .8 and spec .7 for all, t1 (three 1s, two 0s):
     log_a, log_b = LatentClass.e_step_sums(

@@ -21,9 +21,10 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
 from ..errors import PrivtdError
-from . import aggregate, campaigns, db, recovery, requesters, routes
+from . import aggregate, campaigns, db, recovery, requesters
 from .access_log import AccessLog
 from .body_limit import BodyLimit
+from .routes import ROUTERS, pages
 
 
 def create_app(
@@ -86,11 +87,11 @@ def create_app(
     async def _privtd(_request: Request, exc: PrivtdError) -> JSONResponse:
         return JSONResponse({"detail": str(exc).splitlines()[0]}, 422)
 
-    for router in routes.ROUTERS:
+    for router in ROUTERS:
         app.include_router(router)
     # The browser client: a page that perturbs in the browser (static/perturb.js).
-    app.mount("/static", StaticFiles(directory=routes.pages.STATIC), name="static")
-    app.include_router(routes.pages.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC), name="static")
+    app.include_router(pages.router)
     return app
 
 

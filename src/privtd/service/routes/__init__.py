@@ -4,7 +4,7 @@ The order is the OpenAPI description's (and so the /docs page's): each path appe
 first route is included.
 """
 
-from . import answers, campaigns, enrolment, listing, pages, recovery, runs, tokens
+from . import answers, campaigns, enrolment, listing, recovery, runs, tokens
 
 #: The API's routers in order (the browser page, ``pages``, goes after the static files).
 ROUTERS = (
@@ -16,5 +16,3 @@ ROUTERS = (
     answers.router,
     runs.router,
 )
-
-__all__ = ["ROUTERS", "pages"]
