@@ -342,6 +342,60 @@ def test_task_ids_of_different_types_across_files_are_an_error(files, client, tm
         ingest(tmp_path, client, partitions=2)
 
 
+def test_integer_answers_in_one_file_and_floats_in_another_are_numbers(files, client, tmp_path):
+    """Each file codes its answers as it reads them (labels where they are not floats); where
+    the files together are numbers, a file's labels stand as their values."""
+    frame = files["num_frame"].copy()
+    frame.loc[: len(frame) // 2 - 1, "answer"] = frame["answer"].iloc[: len(frame) // 2].round()
+    ints = frame.iloc[: len(frame) // 2].assign(answer=lambda f: f["answer"].astype(np.int64))
+    ints.to_parquet(tmp_path / "a.parquet", index=False)
+    frame.iloc[len(frame) // 2 :].to_parquet(tmp_path / "b.parquet", index=False)
+    data = ingest(tmp_path, client, partitions=3)
+    assert data.kind == "numeric"
+    mem, dist = _both("mean", {}, frame, data)
+    _assert_same(mem, dist, numeric=True)
+    with pytest.raises(ValidationError, match="numbers in some files and labels in others"):
+        frame.iloc[: len(frame) // 2].assign(answer="x").to_parquet(
+            tmp_path / "a.parquet", index=False
+        )
+        ingest(tmp_path, client, partitions=3)
+
+
+def test_declared_labels_code_every_file_in_their_order(files, client):
+    """Declared labels, in an order other than sorted and with one that has no answer: each
+    file's label codes map to the declared ones, as in memory."""
+    domain = ["2", "0", "9", "1"]
+    frame = files["cat_frame"].assign(answer=lambda f: f["answer"].astype(str))
+    folder = files["root"] / "cat-str"
+    folder.mkdir(exist_ok=True)
+    for i, part in enumerate(_split(frame, 3)):
+        part.to_parquet(folder / f"part-{i}.parquet", index=False)
+    data = ingest(folder, client, partitions=3, labels=domain)
+    assert data.labels.tolist() == domain
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make_estimator("ds", max_iter=4, tol=0.0).fit(
+            Answers.from_frame(frame, labels=domain)
+        )
+        dist = fit_distributed(make_estimator("ds", max_iter=4, tol=0.0), data)
+    _assert_same(mem, dist, numeric=False)
+
+
+def test_default_partitions_come_from_the_rows_before_reading(tmp_path):
+    """The default shard count is set before any file is read: Parquet footers state their
+    rows; a CSV's are estimated from its first megabyte's mean line length."""
+    from privtd.inference.distributed._ingest import _rows_about
+
+    small = pd.DataFrame({"task": range(1000), "worker": 1, "answer": 0})
+    small.to_parquet(tmp_path / "a.parquet", index=False)
+    small.to_csv(tmp_path / "a.csv", index=False)
+    assert _rows_about(str(tmp_path / "a.parquet")) == 1000
+    assert _rows_about(str(tmp_path / "a.csv")) == 1000
+    big = pd.DataFrame({"task": np.arange(300_000) % 977, "worker": 12345, "answer": 1})
+    big.to_csv(tmp_path / "b.csv", index=False)
+    assert abs(_rows_about(str(tmp_path / "b.csv")) - len(big)) < 0.05 * len(big)
+
+
 def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -605,16 +659,16 @@ def _held(shard):
 
 
 @pytest.mark.parametrize("method", ["one-coin-ds", "ds", "mv"])
-def test_shards_built_in_groups_are_lean_and_give_the_same_fit(method, files, client, tmp_path):
-    """Integer task ids (the fast hash), shards built 2 at a time (each file read once per
-    group): the fit is the in-memory one, and a shard keeps only worker and label codes per
-    answer (no task codes) and no floats."""
+def test_shards_are_lean_and_give_the_same_fit(method, files, client, tmp_path):
+    """Integer task ids (the fast hash), more shards than threads: the fit is the in-memory
+    one, and a shard keeps only worker and label codes per answer (no task codes) and no
+    floats."""
     frame = files["bin_frame"].copy()
     frame["task"] = frame["task"].str[1:].astype(np.int64) * 7919  # spread, not 0..n
     frame["worker"] = frame["worker"].str[1:].astype(np.int64)
     for i, part in enumerate(_split(frame, 2)):
         part.to_parquet(tmp_path / f"part-{i}.parquet", index=False)
-    data = ingest(tmp_path, client, partitions=5, group_answers=len(frame) // 3)
+    data = ingest(tmp_path, client, partitions=5)
     assert data.n_answers == len(frame) and data.n_partitions == 5
     params = {"max_iter": 6, "tol": 0.0} if method != "mv" else {}
     mem, dist = _both(method, params, frame, data)
@@ -622,6 +676,51 @@ def test_shards_built_in_groups_are_lean_and_give_the_same_fit(method, files, cl
     for per_answer, kinds in client.gather([client.submit(_held, s) for s in data.shards]):
         assert per_answer == ["value", "worker"]
         assert kinds <= {"i", "u"}
+
+
+def _count_reads(log: str | None) -> None:
+    """Run on every worker: ``read_file`` appends the path it reads to ``log`` (None: undo)."""
+    from privtd.inference.distributed import _shard
+
+    original = getattr(_shard, "_uncounted_read_file", _shard.read_file)
+    if log is None:
+        _shard.read_file = original
+        return
+    _shard._uncounted_read_file = original  # type: ignore[attr-defined]
+
+    def read_file(path, *args):
+        with open(log, "a") as f:
+            f.write(path + "\n")
+        return original(path, *args)
+
+    _shard.read_file = read_file
+
+
+@pytest.mark.parametrize(("kind", "partitions"), [("cat", 7), ("num", None)])
+def test_ingest_reads_each_file_once(kind, partitions, files, client, tmp_path):
+    """However many shards: each file is read by one worker, once; and the shards are those
+    of an ingest of the concatenated answers."""
+    log = tmp_path / "reads.log"
+    client.run(_count_reads, str(log))
+    try:
+        data = ingest(files[kind], client, partitions=partitions)
+    finally:
+        client.run(_count_reads, None)
+    paths = sorted(str(p) for p in Path(files[kind]).iterdir())
+    assert sorted(log.read_text().split()) == paths
+    frame = files[f"{kind}_frame"]
+    assert data.n_answers == len(frame)
+    assert data.workers.tolist() == pd.unique(frame["worker"]).tolist()
+    method = "ds" if kind == "cat" else "crh"
+    params = {"max_iter": 4, "tol": 0.0}
+    mem, dist = _both(method, params, frame, data)
+    _assert_same(mem, dist, numeric=kind == "num")
+
+
+def test_ingest_group_answers_is_deprecated(files, client):
+    with pytest.warns(FutureWarning, match="group_answers is deprecated"):
+        data = ingest(files["bin"], client, partitions=2, group_answers=100)
+    assert data.n_answers == len(files["bin_frame"])
 
 
 def test_tree_reduction_adds_in_float64_and_takes_the_largest_change():

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import glob
-import itertools
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...answers import _check_choice
+from ...answers import _check_choice, _code_dtype, _code_numeric
 from ...errors import ValidationError
 from . import _shard
 from ._cluster import gather
@@ -22,10 +22,8 @@ from ._cluster import gather
 #: Answers per shard the default partition count aims at (the 1e6-1e7 range it is sized for).
 SHARD_ANSWERS = 5_000_000
 
-#: Answers whose pieces ingest holds at once (default): the shards are built a group of
-#: partitions at a time, each group reading every file again. At about 17 bytes per answer in
-#: a piece, 1.5e8 answers are about 2.5 GB over the cluster.
-GROUP_ANSWERS = 150_000_000
+#: Bytes of a CSV file whose lines give its mean line length (for the default partitions).
+_CSV_SAMPLE = 1 << 20
 
 _EXTENSIONS = (".parquet", ".pq", ".csv")
 
@@ -145,18 +143,19 @@ def ingest(
 ) -> DistributedAnswers:
     """Read answer files on the cluster, code them once and keep them there as shards.
 
-    Three steps, all run by the workers: each file is read and summarised (its worker ids and
-    labels; the table is not kept); the client merges those into the global codes (the order
-    the in-memory :meth:`privtd.Answers.from_frame` gives the concatenated files) and
-    broadcasts them; each file is read again, coded and split by a hash of the task id, and
-    each shard gathers its pieces from every file (the one shuffle, done once), a group of
-    shards at a time so that only one group's pieces are in memory. Parameters as
-    :meth:`privtd.Answers.from_frame`; ``partitions`` is the number of shards (default: enough
-    for about 5e6 answers each, and at least one per worker thread); ``labels``, the label
-    domain in its order, where some labels may have no answer (default: the labels found,
-    sorted); ``group_answers``, how many answers' pieces the shuffle holds at once (default
-    1.5e8): above it, the shards are built a group at a time and every file is read once per
-    group.
+    Each file is read once. Its worker reads it, codes its worker ids and labels in the
+    file's own order, splits its rows by a hash of the task id into one piece per shard and
+    returns a summary (rows, missing cells, the ids and labels in order of first appearance);
+    the pieces stay on that worker. The client merges the summaries into the global codes (the
+    order the in-memory :meth:`privtd.Answers.from_frame` gives the concatenated files) and
+    sends each file's map to them; each shard gathers its piece of every file and recodes it
+    (the one shuffle, done once; Dask spills pieces to disk past a worker's memory
+    thresholds). Parameters as :meth:`privtd.Answers.from_frame`; ``partitions`` is the
+    number of shards (default: enough for about 5e6 answers each, as Parquet footers state
+    and CSV files' first lines suggest, and at least one per worker thread); ``labels``, the
+    label domain in its order, where some labels may have no answer (default: the labels
+    found, sorted). ``group_answers`` is deprecated and has no effect: ingest used to build
+    the shards a group at a time, reading every file once per group.
     """
     _check_choice("kind", kind, ("auto", "categorical", "numeric"))
     _check_choice("on_missing", on_missing, ("error", "drop"))
@@ -170,10 +169,13 @@ def ingest(
         isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
     ):
         raise ValidationError(f"partitions must be an int >= 1. Got {partitions!r}.")
-    if group_answers is not None and (
-        isinstance(group_answers, bool) or not isinstance(group_answers, int) or group_answers < 1
-    ):
-        raise ValidationError(f"group_answers must be an int >= 1. Got {group_answers!r}.")
+    if group_answers is not None:
+        warnings.warn(
+            "ingest's group_answers is deprecated and has no effect: each file is read once, "
+            "and Dask spills pieces to disk past a worker's memory_limit. Drop the argument.",
+            FutureWarning,
+            stacklevel=2,
+        )
     if len({task, worker, answer}) < 3:
         raise ValidationError(
             f"The task, worker and answer columns must differ. Got {[task, worker, answer]}."
@@ -181,13 +183,16 @@ def ingest(
     files = resolve_files(source)
     submit = client.submit
     columns = (task, worker, answer)
-    summaries = gather(
-        client,
-        [
-            submit(_shard.read_summary, path, file_format(path), columns, kind, pure=False)
-            for path in files
-        ],
-    )
+    if partitions is None:
+        # Set before any file is read, since each file is split as it is read: from the rows
+        # that Parquet files' footers state and that CSV files' first lines suggest.
+        rows = sum(_rows_about(path) for path in files)
+        partitions = max(sum(_nthreads(client).values()), math.ceil(rows / SHARD_ANSWERS))
+    reads = [
+        submit(_shard.read_split, path, file_format(path), columns, kind, partitions, pure=False)
+        for path in files
+    ]
+    summaries = gather(client, [submit(_shard.summary_of, r, pure=False) for r in reads])
     notes: list[str] = []
     n_rows = np.array([s["n_rows"] for s in summaries], dtype=np.int64)
     n_missing = sum(s["n_missing"] for s in summaries)
@@ -224,52 +229,29 @@ def ingest(
                 f"{list(declared)}. Declare every label, or fix the answers."
             )
         domain = declared
-    n_parts = partitions or max(
-        sum(_nthreads(client).values()), math.ceil(int(n_rows.sum()) / SHARD_ANSWERS)
-    )
-    offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
-    shared = submit(_shard.const, (workers, domain), pure=False)
     n_labels = None if domain is None else len(domain)
-    shards: list[Any] = []
-    infos: list[dict[str, Any]] = []
-    groups = _groups(n_parts, int(n_rows.sum()), group_answers or GROUP_ANSWERS)
-    for lo, hi in groups:
-        # Each file is read again for each group and only the group's rows are kept: one
-        # group's pieces (about 17 bytes per answer) are in memory at a time, never every
-        # file's, at the cost of reading the files once per group.
-        pieces = [
-            submit(
-                _shard.read_code_split,
-                path,
-                file_format(path),
-                columns,
-                shared,
-                n_parts,
-                (lo, hi),
-                int(off),
-                pure=False,
-            )
-            for path, off in zip(files, offsets, strict=True)
-        ]
-        built = [
-            submit(
-                _shard.build_shard,
-                len(workers),
-                n_labels,
-                *[submit(_shard.pick, pc, p - lo, pure=False) for pc in pieces],
-                pure=False,
-            )
-            for p in range(lo, hi)
-        ]
-        # Dropped before the shards are built: Dask frees each file's pieces once every shard
-        # has taken its own. The scheduler keeps their definitions, so a lost shard can still
-        # be rebuilt from the files.
-        del pieces
-        shards += built
-        # The group's descriptions gathered before the next group starts: the barrier that
-        # keeps one group's pieces in memory at a time.
-        infos += gather(client, [submit(_shard.describe, s, pure=False) for s in built])
-    del shared
+    offsets = np.concatenate(([0], np.cumsum(n_rows)[:-1]))
+    maps = submit(
+        _shard.const,
+        [_file_maps(s, workers, domain, off) for s, off in zip(summaries, offsets, strict=True)],
+        pure=False,
+    )
+    shards = [
+        submit(
+            _shard.build_shard,
+            len(workers),
+            n_labels,
+            maps,
+            *[submit(_shard.pick, r, p, pure=False) for r in reads],
+            pure=False,
+        )
+        for p in range(partitions)
+    ]
+    # Dropped before the shards are built: Dask frees each file's pieces once every shard has
+    # taken its own, and spills them to disk past a worker's memory thresholds meanwhile. The
+    # scheduler keeps their definitions, so a lost shard can still be rebuilt from the files.
+    del reads, maps
+    infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:
         t_id, w_code, *rows = next(i["example"] for i in infos if i["n_repeated"])
@@ -314,12 +296,39 @@ def _nthreads(client: Any) -> dict[str, int]:
         ) from None
 
 
-def _groups(n_parts: int, n_answers: int, group_answers: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of partitions, each expected to hold about ``group_answers``
-    answers (the hash spreads tasks evenly over the partitions)."""
-    n_groups = max(1, min(n_parts, math.ceil(n_answers / group_answers)))
-    bounds = [round(i * n_parts / n_groups) for i in range(n_groups + 1)]
-    return list(itertools.pairwise(bounds))
+def _rows_about(path: str) -> int:
+    """A file's rows, for the default partition count: exact for Parquet (its footer states
+    them), for CSV its size over the mean length of its first lines."""
+    if file_format(path) == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        except Exception:  # noqa: BLE001 - the worker that reads it says what is wrong
+            return 0
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(_CSV_SAMPLE)
+    lines = head.count(b"\n")
+    if len(head) < _CSV_SAMPLE:
+        return max(lines - 1, 0)  # the header line
+    return round(size * lines / len(head)) if lines else 0
+
+
+def _file_maps(
+    summary: dict[str, Any], workers: pd.Index, domain: pd.Index | None, offset: int
+) -> _shard.FileMaps:
+    """A file's codes to the global ones (``_shard.recode``)."""
+    w_map = workers.get_indexer(pd.Index(summary["workers"])).astype(_code_dtype(len(workers)))
+    labels = summary["labels"]
+    if labels is None:
+        v_map = None
+    elif domain is None:  # labels in this file, numbers over all of them
+        v_map, _, _ = _code_numeric(pd.Series(labels), None, "answer")
+    else:
+        v_map = domain.get_indexer(pd.Index(labels))
+        v_map = v_map.astype(np.int8 if len(domain) <= 127 else np.int32)
+    return w_map, v_map, np.int64(offset)
 
 
 def _check_id_types(files: list[str], summaries: list[dict[str, Any]]) -> None:

@@ -31,6 +31,8 @@ from .._ops import (
 )
 
 Piece = dict[str, Any]
+#: Per file: its workers' global codes, its labels' global codes (or values), its first row.
+FileMaps = tuple[np.ndarray, np.ndarray | None, np.int64]
 
 
 # ---------------------------------------------------------------------- ingest, per file
@@ -66,26 +68,24 @@ def read_file(path: str, fmt: str, columns: tuple[str, str, str]) -> pd.DataFram
     return out
 
 
-def read_summary(path: str, fmt: str, columns: tuple[str, str, str], kind: str) -> dict[str, Any]:
-    """One file read and summarised in one task: the table is not kept (at 1e9 answers the
-    tables of every file would not fit), the file is read again when it is coded."""
-    return summarise(read_file(path, fmt, columns), kind)
+def read_split(
+    path: str, fmt: str, columns: tuple[str, str, str], kind: str, n_parts: int
+) -> tuple[dict[str, Any], list[Piece]]:
+    """One file, read once: its summary (:func:`summarise`: what the client codes every file
+    by), and its rows split by task into one piece per partition (:func:`split`), coded
+    against the file's own worker ids and labels. The client sends each file's map from its
+    codes to the global ones, and :func:`build_shard` applies it."""
+    frame = read_file(path, fmt, columns)
+    summary, local = summarise(frame, kind)
+    return summary, split(frame, local, n_parts)
 
 
-def read_code_split(
-    path: str,
-    fmt: str,
-    columns: tuple[str, str, str],
-    shared: tuple[pd.Index, pd.Index | None],
-    n_parts: int,
-    parts: tuple[int, int],
-    offset: int,
-) -> list[Piece]:
-    """One file read, its rows of partitions ``parts[0]`` to ``parts[1] - 1`` coded and split
-    (``code_and_split``): ingest takes the partitions a group at a time, so that only one
-    group's pieces are in memory at once."""
-    workers, labels = shared
-    return code_and_split(read_file(path, fmt, columns), workers, labels, n_parts, offset, parts)
+def summary_of(read: tuple[dict[str, Any], list[Piece]]) -> dict[str, Any]:
+    return read[0]
+
+
+def pick(read: tuple[dict[str, Any], list[Piece]], p: int) -> Piece:
+    return read[1][p]
 
 
 def _missing(frame: pd.DataFrame) -> np.ndarray:
@@ -112,25 +112,33 @@ def task_partition(tasks: pd.Series, n_parts: int) -> np.ndarray:
     return pd.util.hash_pandas_object(tasks, index=False).to_numpy() % np.uint64(n_parts)
 
 
-def summarise(frame: pd.DataFrame, kind: str) -> dict[str, Any]:
+def summarise(frame: pd.DataFrame, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """What the client needs to code every file the same way: row and missing counts, the
     worker ids and labels in order of first appearance (rows with a missing cell left out, as
-    :meth:`privtd.Answers.from_frame` leaves them out before it codes)."""
+    :meth:`privtd.Answers.from_frame` leaves them out before it codes); and, per kept row, its
+    codes against those (``worker``, and ``value`` where the answers are labels)."""
     na = _missing(frame)
     kept = frame[~na] if na.any() else frame
     answer = kept["answer"]
     want_labels = kind == "categorical" or (kind == "auto" and not _is_float(answer))
-    return {
+    # factorize's uniques are in order of first appearance, as pd.unique's.
+    w_codes, workers = pd.factorize(kept["worker"], sort=False)
+    local = {"keep": ~na, "worker": w_codes}
+    labels = None
+    if want_labels:
+        local["value"], labels = pd.factorize(answer, sort=False)
+    summary = {
         "n_rows": len(frame),
         "n_missing": int(na.sum()),
         "first_missing": int(np.flatnonzero(na)[0]) if na.any() else -1,
-        "workers": pd.unique(kept["worker"]),
-        "labels": pd.unique(answer) if want_labels else None,
+        "workers": workers,
+        "labels": labels,
         "id_types": (_id_type(kept["task"]), _id_type(kept["worker"])),
         "is_float": _is_float(answer),
         "is_numeric": bool(pd.api.types.is_numeric_dtype(answer.dtype))
         and not pd.api.types.is_bool_dtype(answer.dtype),
     }
+    return summary, local
 
 
 def _id_type(col: pd.Series) -> str:
@@ -149,39 +157,28 @@ def _is_float(col: pd.Series) -> bool:
     return bool(pd.api.types.is_float_dtype(col.dtype))
 
 
-def code_and_split(
-    frame: pd.DataFrame,
-    workers: pd.Index,
-    labels: pd.Index | None,
-    n_parts: int,
-    offset: int,
-    parts: tuple[int, int] | None = None,
-) -> list[Piece]:
-    """Code one file's workers and answers against the global indexes and split its rows by
-    task into pieces, one per partition of ``parts`` (default: all ``n_parts``); a task's hash
-    picks its partition, so each task lands whole in one shard whatever file its answers come
-    from. Task ids stay raw: a shard codes them. Rows are numbered in the file (``row``, int32
-    where they fit) and ``offset`` gives the file's first global row."""
-    lo, hi = (0, n_parts) if parts is None else parts
-    part = task_partition(frame["task"], n_parts)
-    keep = ~_missing(frame)
-    if lo > 0 or hi < n_parts:
-        keep &= (part >= np.uint64(lo)) & (part < np.uint64(hi))
+def split(frame: pd.DataFrame, local: dict[str, np.ndarray], n_parts: int) -> list[Piece]:
+    """One file's kept rows split by task into one piece per partition: a task's hash picks
+    its partition, so each task lands whole in one shard whatever file its answers come from.
+    Workers and labels keep the file's own codes (``local``; numeric answers stay as read),
+    task ids stay raw: a shard codes them. Rows are numbered in the file (``row``, int32
+    where they fit)."""
+    keep = local["keep"]
     rows = np.flatnonzero(keep)
-    if rows.size < len(frame):
-        frame, part = frame.take(rows), part[rows]
+    kept = frame.take(rows) if rows.size < len(frame) else frame
+    part = task_partition(kept["task"], n_parts)
     rows = rows.astype(_code_dtype(len(keep)))
-    w_codes = workers.get_indexer(pd.Index(frame["worker"])).astype(_code_dtype(len(workers)))
-    if labels is None:
-        value, _, _ = _code_numeric(frame["answer"], None, "answer")
+    w_codes = local["worker"].astype(_code_dtype(int(local["worker"].max(initial=0)) + 1))
+    value = local.get("value")
+    if value is None:
+        value, _, _ = _code_numeric(kept["answer"], None, "answer")
     else:
-        value = labels.get_indexer(pd.Index(frame["answer"]))
-        value = value.astype(np.int8 if len(labels) <= 127 else np.int32)
+        value = value.astype(_code_dtype(int(value.max(initial=0)) + 1))
     order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(lo, hi + 1, dtype=np.uint64))
-    ids = frame["task"].to_numpy()
+    bounds = np.searchsorted(part[order], np.arange(n_parts + 1, dtype=np.uint64))
+    ids = kept["task"].to_numpy()
     pieces = []
-    for p in range(hi - lo):
+    for p in range(n_parts):
         sel = order[bounds[p] : bounds[p + 1]]
         pieces.append(
             {
@@ -189,14 +186,19 @@ def code_and_split(
                 "worker": w_codes[sel],
                 "value": value[sel],
                 "row": rows[sel],
-                "offset": np.int64(offset),
             }
         )
     return pieces
 
 
-def pick(pieces: list[Piece], p: int) -> Piece:
-    return pieces[p]
+def recode(piece: Piece, maps: FileMaps) -> Piece:
+    """A piece's file codes as the global ones: ``maps`` holds, for the piece's file, each of
+    its workers' global code; where the file read its answers as labels, each label's global
+    code, or its value where the answers are numbers (integers in one file beside floats in
+    another); and the file's first global row (``offset``)."""
+    w_map, v_map, offset = maps
+    value = piece["value"] if v_map is None else v_map[piece["value"]]
+    return {**piece, "worker": w_map[piece["worker"]], "value": value, "offset": offset}
 
 
 def const(value: Any) -> Any:
@@ -391,8 +393,14 @@ def _fix_values(shard: Shard, truth: np.ndarray) -> np.ndarray:
     return truth
 
 
-def build_shard(n_workers: int, n_labels: int | None, *pieces: Piece) -> Shard:
-    return Shard(list(pieces), n_workers, n_labels)
+def build_shard(
+    n_workers: int,
+    n_labels: int | None,
+    maps: list[FileMaps],
+    *pieces: Piece,
+) -> Shard:
+    """A shard from its piece of every file (in file order), recoded with that file's maps."""
+    return Shard([recode(pc, m) for pc, m in zip(pieces, maps, strict=True)], n_workers, n_labels)
 
 
 def describe(shard: Shard) -> dict[str, Any]:
