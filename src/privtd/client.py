@@ -47,7 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from ._files import atomic_write_text
-from .errors import BudgetExceededError, PrivtdError, ValidationError
+from .errors import (
+    BudgetExceededError,
+    CeilingExceededError,
+    PrivtdError,
+    ServiceError,
+    ValidationError,
+)
 from .mechanisms import MECHANISMS, Budget
 from .mechanisms._base import Mechanism
 
@@ -64,10 +70,6 @@ DEFAULT_MAX_EPSILON_PER_ANSWER = 3.0
 DEFAULT_MAX_LIFETIME_EPSILON = 100.0
 #: The ceiling's file when none is given: PRIVTD_LEDGER, else this name next to the state file.
 LEDGER_NAME = "privtd-ledger.json"
-
-
-class CeilingExceededError(BudgetExceededError):
-    """A campaign or a submission is past the worker's own ceiling; nothing was sent."""
 
 
 def own_mechanism(campaign: Mapping[str, Any]) -> Mechanism:
@@ -334,21 +336,6 @@ class Ceiling:
             ),
             private=True,  # what this person has spent, as before: 0600
         )
-
-
-class ServiceError(PrivtdError):
-    """The server refused a request (4xx) or could not be reached after the retries.
-
-    ``transient`` is True where the same request may succeed later (no connection, a 5xx, a
-    409 sent with ``Retry-After`` because a concurrent request held the row), False for a
-    refusal the same request will always get.
-    """
-
-    def __init__(self, status: int, detail: str, *, transient: bool = False) -> None:
-        super().__init__(f"server answered {status}: {detail}" if status else detail)
-        self.status = status
-        self.detail = detail
-        self.transient = transient
 
 
 def _http() -> Any:

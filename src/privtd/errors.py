@@ -12,9 +12,12 @@ __all__ = [
     "NotNumericError",
     "NotFittedError",
     "BudgetExceededError",
+    "CeilingExceededError",
+    "ServiceError",
     "ConvergenceWarning",
     "PrivacyLeakWarning",
     "ProtocolError",
+    "DropoutError",
 ]
 
 
@@ -56,9 +59,33 @@ class BudgetExceededError(PrivtdError):
     """A perturbation would take a worker past their privacy budget; nothing was sent."""
 
 
+class CeilingExceededError(BudgetExceededError):
+    """A campaign or a submission is past the worker's own ceiling; nothing was sent."""
+
+
+class ServiceError(PrivtdError):
+    """The server refused a request (4xx) or could not be reached after the retries.
+
+    ``transient`` is True where the same request may succeed later (no connection, a 5xx, a
+    409 sent with ``Retry-After`` because a concurrent request held the row), False for a
+    refusal the same request will always get.
+    """
+
+    def __init__(self, status: int, detail: str, *, transient: bool = False) -> None:
+        super().__init__(f"server answered {status}: {detail}" if status else detail)
+        self.status = status
+        self.detail = detail
+        self.transient = transient
+
+
 class ProtocolError(PrivtdError):
     """A party of the secure protocol sent a message that breaks the protocol (malformed, out of
     range, for the wrong round) or stopped answering; the round produces no sum."""
+
+
+class DropoutError(ProtocolError):
+    """A worker dropped out of a secure run, and the run stopped rather than release a sum over
+    fewer workers (which, against the earlier sums, would reveal the missing worker's answers)."""
 
 
 class ConvergenceWarning(UserWarning):

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ProtocolError, ValidationError
+from ..errors import DropoutError, ProtocolError, ValidationError
 from . import fixed_point, messages
 from .campaign import Campaign
 from .history import KEY_BYTES, RunRecord, WorkerHistory, fingerprints
@@ -59,11 +59,6 @@ from .paillier import KEY_BITS, PaillierAggregator, PaillierWorker, value_bits
 BACKENDS = ("masking", "paillier")
 #: Tasks with fewer answers than this are left out of every secure sum by default.
 MIN_ANSWERS = 3
-
-
-class DropoutError(ProtocolError):
-    """A worker dropped out of a secure run, and the run stopped rather than release a sum over
-    fewer workers (which, against the earlier sums, would reveal the missing worker's answers)."""
 
 
 def check_min_answers(min_answers: object) -> int:
