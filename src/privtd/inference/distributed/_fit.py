@@ -40,6 +40,7 @@ from ..raykar import Raykar
 from ..weighted_average import WeightedAverage
 from ..weighted_vote import WeightedVote
 from ..zencrowd import AwareZenCrowd, ZenCrowd
+from ..zero_based_skill import ZeroBasedSkill
 from . import _shard
 from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
@@ -353,6 +354,7 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
     ZenCrowd: ("zencrowd", _fit_em),
     AwareZenCrowd: ("aware-zencrowd", _fit_em),
+    ZeroBasedSkill: ("zbs", _fit_em),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -381,7 +383,8 @@ def fit_distributed(
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
         DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, CRH, CATD, GTM, Raykar,
-        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with
+        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd,
+        ZeroBasedSkill), with
         ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
