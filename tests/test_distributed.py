@@ -198,6 +198,29 @@ def test_latent_class_same_labels_as_in_memory(partitions, files, ingested):
         fit_distributed(make_estimator("lc"), ingested("cat", 3))
 
 
+# The iterative methods on the engine that are not EM, each on the crowd it takes; tol=0 runs
+# every iteration.
+ENGINE_METHODS = {
+    "zbs": ("cat", {"max_iter": 30, "tol": 0.0, "lr_init": 0.3, "lr_steps_to_reduce": 5}),
+    "private-ds": ("bin", {"max_iter": 15, "tol": 0.0}),
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "partitions"), [(m, p) for m in ENGINE_METHODS for p in (1, 3, 7)]
+)
+def test_engine_methods_same_as_in_memory(method, partitions, files, ingested):
+    kind, params = ENGINE_METHODS[method]
+    mem, dist = _both(method, params, files[f"{kind}_frame"], ingested(kind, partitions))
+    assert mem.n_iter_ > 10 and len(set(mem.objective_)) > 10
+    _assert_same(mem, dist, numeric=False)
+
+
+def test_private_ds_on_a_cluster_refuses_an_init_array(ingested):
+    with pytest.raises(ValidationError, match="init='mv'"):
+        fit_distributed(make_estimator("private-ds", init=np.full(200, 0.5)), ingested("bin", 3))
+
+
 def _mechanism(name, k):
     from privtd.mechanisms import OneLayerRR, TwoLayerRR
 
@@ -623,6 +646,8 @@ GOLD_CASES = [
     ("num", "median", {}),
     ("num", "crh", {"max_iter": 4, "tol": 0.0}),
     ("num", "gtm", {}),
+    ("cat", "zbs", {"max_iter": 20}),
+    ("bin", "private-ds", {"max_iter": 10}),
 ]
 
 

@@ -33,13 +33,14 @@ sets under both (``benchmarks/results/adaptive.txt``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from .._rng import RNGLike, check_rng
 from ..errors import ValidationError
 from ._channel import channel_matrix
+from ._em import InMemory, Model, run_em
 
 __all__ = ["AdaptiveRedundancy", "TaskPosteriors", "report_counts"]
 
@@ -202,45 +203,16 @@ class AdaptiveRedundancy:
         # A task's posterior depends on its counts alone: EM runs over the distinct rows of
         # counts (a few hundred however many tasks), each weighed by how many tasks share it.
         rows, inverse, weight = _distinct_rows(counts)
-        weight = weight.astype(float)
-        weighted = rows * weight[:, None]
-        answered = rows.sum(axis=1) > 0
-        total = float(weighted.sum())
-        learned = self.class_prior == "learned"
-        s = float(self.accuracy)
-        prior = np.full(k, 1.0 / k)
-        # Kept above 1/K: below it the labels' roles swap and the fit explains the answers by
-        # workers who mostly pick a wrong label, which a target confidence cannot tell apart.
-        floor = 1.0 / k + 1e-3
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - the pass count is reported
-            mu, lik = self._estep(rows, c_mat, rho, s, prior)
-            stats = weighted.T @ mu  # [r, l]: expected reports r on tasks of truth l
-            correct = float((stats * s * c_mat / lik).sum())
-            new_s = (correct + PRIOR_ANSWERS * self.accuracy) / (total + PRIOR_ANSWERS)
-            new_s = min(max(new_s, floor), 1.0 - 1e-9)
-            new_prior = prior
-            if learned:
-                new_prior = (weight[answered] @ mu[answered] + 1.0) / (weight[answered].sum() + k)
-            moved = max(abs(new_s - s), float(np.abs(new_prior - prior).max()))
-            s, prior = new_s, new_prior
-            if moved < self.tol:
-                break
-        mu, _ = self._estep(rows, c_mat, rho, s, prior)
-        return TaskPosteriors(probas=mu[inverse], accuracy=s, prior=prior, n_iter=n_iter)
-
-    @staticmethod
-    def _estep(
-        counts: np.ndarray, c_mat: np.ndarray, rho: np.ndarray, s: float, prior: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        k = c_mat.shape[0]
-        d = (1.0 - s) / (k - 1)
-        lik = np.maximum((s - d) * c_mat + d * rho[:, None], 1e-300)  # [r, l]
-        scores = counts @ np.log(lik) + np.log(prior)
-        scores -= scores.max(axis=1, keepdims=True)
-        mu = np.exp(scores)
-        mu /= mu.sum(axis=1, keepdims=True)
-        return mu, lik
+        part = _Rows(rows, weight.astype(float), c_mat, rho)
+        model = _PooledModel(self, part)
+        # InMemory runs any part: here the distinct rows of counts, not a MemoryPart.
+        executor = InMemory(cast(Any, part))
+        fit = run_em(model, executor, self.max_iter)
+        executor.run(_estep_pass, fit.params)
+        s, prior = fit.params
+        return TaskPosteriors(
+            probas=executor.state[inverse], accuracy=s, prior=prior, n_iter=fit.n_iter
+        )
 
     def posteriors_of(self, estimator: Any, tasks: Any) -> TaskPosteriors:
         """A fitted estimator's posteriors (its ``probas_``) over ``tasks`` (a task index, in
@@ -363,6 +335,89 @@ class AdaptiveRedundancy:
         order = np.lexsort((jitter, n, confidence, np.where(below, n, 0), ~below))
         out: np.ndarray = idx[order[:room]].astype(np.int64)
         return out
+
+
+class _Rows(NamedTuple):
+    """The pooled fit's one part: the distinct rows of counts, how many tasks share each, and
+    the channel with its row sums."""
+
+    rows: np.ndarray
+    weight: np.ndarray
+    c_mat: np.ndarray
+    rho: np.ndarray
+
+
+def _estep(
+    counts: np.ndarray, c_mat: np.ndarray, rho: np.ndarray, s: float, prior: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    k = c_mat.shape[0]
+    d = (1.0 - s) / (k - 1)
+    lik = np.maximum((s - d) * c_mat + d * rho[:, None], 1e-300)  # [r, l]
+    scores = counts @ np.log(lik) + np.log(prior)
+    scores -= scores.max(axis=1, keepdims=True)
+    mu = np.exp(scores)
+    mu /= mu.sum(axis=1, keepdims=True)
+    return mu, lik
+
+
+def _start_pass(part: _Rows, previous: Any, arg: Any) -> tuple[None, None]:
+    """Nothing to read: the fit starts from the prior guess of the accuracy."""
+    return None, None
+
+
+def _estep_pass(part: _Rows, previous: Any, params: tuple[float, np.ndarray]) -> tuple[Any, Any]:
+    """The rows' posteriors; statistics: the expected reports that are a worker's own answer
+    and, over the answered rows, the expected truths."""
+    s, prior = params
+    mu, lik = _estep(part.rows, part.c_mat, part.rho, s, prior)
+    stats = (part.rows * part.weight[:, None]).T @ mu  # [r, l]: expected reports r, truth l
+    correct = float((stats * s * part.c_mat / lik).sum())
+    answered = part.rows.sum(axis=1) > 0
+    return mu, (correct, part.weight[answered] @ mu[answered])
+
+
+class _PooledModel(Model):
+    """The pooled one-coin model through the channel, fitted by EM on the distinct rows of
+    counts: the parameters are the accuracy ``s`` (shrunk towards the policy's ``accuracy``)
+    and the class prior (learned or uniform). Stops when neither moved by ``tol``."""
+
+    start = staticmethod(_start_pass)
+    step = staticmethod(_estep_pass)
+
+    def __init__(self, policy: AdaptiveRedundancy, part: _Rows) -> None:
+        super().__init__(policy.tol)
+        self.policy = policy
+        self.k = part.c_mat.shape[0]
+        self.total = float((part.rows * part.weight[:, None]).sum())
+        self.n_answered = part.weight[part.rows.sum(axis=1) > 0].sum()
+
+    def init(self, stats: Any) -> tuple[float, np.ndarray]:
+        return float(self.policy.accuracy), np.full(self.k, 1.0 / self.k)
+
+    def step_params(self, params: tuple[float, np.ndarray]) -> tuple[float, np.ndarray]:
+        self.current = params
+        return params
+
+    def objective(self, stats: Any) -> float:
+        # The update is made here, where how far it moves (the objective) is known.
+        s, prior = self.current
+        correct, expected = stats
+        k, accuracy = self.k, self.policy.accuracy
+        new_s = (correct + PRIOR_ANSWERS * accuracy) / (self.total + PRIOR_ANSWERS)
+        # Kept above 1/K: below it the labels' roles swap and the fit explains the answers by
+        # workers who mostly pick a wrong label, which a target confidence cannot tell apart.
+        new_s = min(max(new_s, 1.0 / k + 1e-3), 1.0 - 1e-9)
+        new_prior = prior
+        if self.policy.class_prior == "learned":
+            new_prior = (expected + 1.0) / (self.n_answered + k)
+        self.next = new_s, new_prior
+        return max(abs(new_s - s), float(np.abs(new_prior - prior).max()))
+
+    def m_step(self, stats: Any) -> tuple[float, np.ndarray]:
+        return self.next
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return objective[-1] < self.tol
 
 
 def _distinct_rows(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

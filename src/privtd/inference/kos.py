@@ -2,16 +2,112 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._rng import RNGLike, check_rng
 from ..answers import Answers
 from ..errors import ValidationError
-from ._base import Estimator, Gold
+from ._em import EMEstimator, Fit, Largest, Model, Shape
 from ._ops import shares, vote_matrix
 
 
-class KOS(Estimator):
+def kos_start(part: Any, previous: Any, rng: RNGLike) -> tuple[Any, np.ndarray]:
+    """The worker messages' random start ``y ~ N(1, 1)``, one per answer in input order, and
+    the task messages they send."""
+    sign = 2.0 * part.value - 1.0
+    y = check_rng(rng).normal(1.0, 1.0, size=len(part.value))
+    gold_sign = None
+    if part.gold is not None:
+        codes = part.gold_codes()
+        gold_sign = np.where(codes >= 0, 2.0 * codes - 1.0, 0.0)
+    return _send(part, sign, y, gold_sign)
+
+
+def kos_pass(part: Any, previous: Any, reliability: np.ndarray) -> tuple[Any, Any]:
+    """One round: each worker's message is its reliability less the answer's own term,
+    scaled to largest magnitude 1; then the task messages they send. Statistics: the largest
+    move of a worker message and each worker's reliability."""
+    y, ax, sign, gold_sign = previous[0]
+    new = reliability[part.worker] - ax
+    scale = np.abs(new).max(initial=0.0)
+    if scale > 0:
+        new /= scale
+    change = Largest(np.abs(new - y).max(initial=0.0))
+    state, reliability = _send(part, sign, new, gold_sign)
+    return state, (change, reliability)
+
+
+def kos_finish(part: Any, previous: Any, _: Any) -> tuple[Any, None]:
+    """The sign of each task's score (a tie: the plain majority vote) as one-hot
+    probabilities, gold rows fixed."""
+    y, _ax, sign, _g = previous[0]
+    t, n_t = part.task, part.n_tasks
+    score = np.bincount(t, weights=sign * y, minlength=n_t)
+    votes = np.column_stack([np.maximum(-score, 0.0), np.maximum(score, 0.0)])
+    tie = score == 0.0
+    if tie.any():
+        votes[tie] = vote_matrix(t, part.value, n_t, 2)[tie]
+    proba = shares((votes == votes.max(axis=1, keepdims=True)).astype(np.float64))
+    return (part.fix_labels(proba.argmax(axis=1)), part.fix_rows(proba)), None
+
+
+def _send(
+    part: Any, sign: np.ndarray, y: np.ndarray, gold_sign: np.ndarray | None
+) -> tuple[Any, np.ndarray]:
+    """The task messages ``x`` for the worker messages ``y``, kept as ``A x``, and each
+    worker's reliability ``sum_i A_ij x_{i->j}``, which the next worker messages start from."""
+    ax = sign * _task_messages(part.task, sign, y, part.n_tasks, gold_sign)
+    reliability = np.bincount(part.worker, weights=ax, minlength=part.n_workers)
+    return (y, ax, sign, gold_sign), reliability
+
+
+def _task_messages(
+    t: np.ndarray, sign: np.ndarray, y: np.ndarray, n_t: int, gold_sign: np.ndarray | None
+) -> np.ndarray:
+    """``x_{i->j}``: the task's summed evidence less the receiving worker's own."""
+    ay = sign * y
+    x = np.bincount(t, weights=ay, minlength=n_t)[t] - ay
+    if gold_sign is not None:
+        known = gold_sign[t] != 0
+        x[known] = gold_sign[t][known] * np.abs(x).max(initial=1.0)
+    return x
+
+
+class KOSModel(Model):
+    """Not EM: KOS's message passing, a power iteration over the answers' messages. The state
+    is the messages (per answer), the statistics each worker's reliability and the largest
+    move of a message; the parameters the reliabilities. Stops when no message moved by more
+    than ``tol``.
+
+    In memory only: every round rescales each answer's message by the largest over all the
+    answers (and gold tasks send the largest task message), a reduction within the round
+    that a step summed over parts cannot make; and the random start is one draw per answer
+    in input order."""
+
+    start = staticmethod(kos_start)
+    step = staticmethod(kos_pass)
+    finish = staticmethod(kos_finish)
+
+    def __init__(self, est: KOS) -> None:
+        super().__init__(est.tol)
+        self.start_arg = est.rng
+
+    def init(self, stats: Any) -> np.ndarray:
+        return np.asarray(stats)
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        return np.asarray(stats[1])
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[0])
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return objective[-1] <= self.tol
+
+
+class KOS(EMEstimator):
     """The iterative algorithm of Karger, Oh & Shah (NIPS 2011, "Iterative learning for reliable
     crowdsourcing systems"), for two labels coded ``A = -1`` (first label) and ``+1`` (second).
 
@@ -45,76 +141,34 @@ class KOS(Estimator):
     ``sum_i A_{ij} x_{i->j}``, scaled to largest magnitude 1. A task whose score is exactly 0
     (no other worker to compare with, e.g. a lone worker) keeps its plain majority vote. Gold
     tasks send ``x_{i->j} = +-max|x|`` (their label, as sure as the surest task).
-    """
 
-    iterative = True
+    Runs on the EM engine (:class:`KOSModel`) in memory only: see its docstring.
+    """
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-6, rng: RNGLike = 0) -> None:
         self.max_iter = max_iter
         self.tol = tol
         self.rng = rng
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        if answers.n_labels != 2:
+    def _model(self, shape: Shape) -> KOSModel:
+        if shape.n_labels != 2:
             raise ValidationError(
-                f"KOS is binary; these answers have {answers.n_labels} labels. "
+                f"KOS is binary; these answers have {shape.n_labels} labels. "
                 "Use DawidSkene (method 'ds') or MMSR (method 'mmsr') for more labels."
             )
-        t, w = answers.task, answers.worker
-        n_t, n_w = answers.n_tasks, answers.n_workers
-        sign = 2.0 * answers.value - 1.0
-        y = check_rng(self.rng).normal(1.0, 1.0, size=answers.n_answers)
-        gold_sign = None
-        if gold is not None:
-            gold_sign = np.zeros(n_t)
-            gold_sign[gold.index] = 2.0 * gold.value - 1.0
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            x = self._task_messages(t, sign, y, n_t, gold_sign)
-            ax = sign * x
-            new = np.bincount(w, weights=ax, minlength=n_w)[w] - ax
-            scale = np.abs(new).max(initial=0.0)
-            if scale > 0:
-                new /= scale
-            objective.append(float(np.abs(new - y).max(initial=0.0)))
-            y = new
-            if objective[-1] <= self.tol:
-                converged = True
-                break
-        score = np.bincount(t, weights=sign * y, minlength=n_t)
-        x = self._task_messages(t, sign, y, n_t, gold_sign)
-        reliability = np.bincount(w, weights=sign * x, minlength=n_w)
+        return KOSModel(self)
+
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
+        reliability = fit.params
         top = np.abs(reliability).max(initial=0.0)
-        votes = np.column_stack([np.maximum(-score, 0.0), np.maximum(score, 0.0)])
-        tie = score == 0.0
-        if tie.any():
-            votes[tie] = vote_matrix(t, answers.value, n_t, 2)[tie]
-        proba = shares((votes == votes.max(axis=1, keepdims=True)).astype(np.float64))
-        truth = proba.argmax(axis=1)
-        if gold is not None:
-            truth[gold.index] = gold.value
-            proba[gold.index] = np.eye(2)[gold.value]
         self._set_results(
             answers,
             truth,
             proba=proba,
             weight=reliability / top if top > 0 else reliability,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
         )
-
-    @staticmethod
-    def _task_messages(
-        t: np.ndarray, sign: np.ndarray, y: np.ndarray, n_t: int, gold_sign: np.ndarray | None
-    ) -> np.ndarray:
-        """``x_{i->j}``: the task's summed evidence less the receiving worker's own."""
-        ay = sign * y
-        x = np.bincount(t, weights=ay, minlength=n_t)[t] - ay
-        if gold_sign is not None:
-            known = gold_sign[t] != 0
-            x[known] = gold_sign[t][known] * np.abs(x).max(initial=1.0)
-        return x

@@ -28,16 +28,89 @@ from typing import Any
 import numpy as np
 
 from ..answers import Answers
-from ._base import Estimator, Gold, _check_float, _check_int, confusion_frame
+from ._base import _check_float, _check_int, confusion_frame
+from ._em import EMEstimator, Fit, Model, Shape
 from ._truth_step import task_incidence, truth_step
-from .dawid_skene import soft_majority
 
 # exp() of a float64 overflows past 709: below this bound on |sigma| + |tau| the normaliser
 # needs no max-subtraction, which saves two passes over the (answers, K, K) array per call.
 _SAFE_LOGIT = 300.0
 
 
-class MinimaxEntropy(Estimator):
+def minimax_start(part: Any, previous: Any, penalties: tuple[float, float]) -> tuple[Any, None]:
+    """The answers coded for the M-step and E-step, and the majority vote's label shares
+    (gold rows one-hot), the first posteriors."""
+    coded = _Model(part)
+    coded.set_penalties(*penalties)
+    return (part.soft_start(), coded), None
+
+
+def minimax_pass(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    """One EM iteration over all the answers: the L-BFGS-B M-step from ``x`` (``sigma`` and
+    ``tau``, flat) and the posteriors, then the E-step. Statistics: the objective per answer
+    and the new ``x``."""
+    from scipy.optimize import minimize  # scipy loads on first fit: privtd imports light
+
+    x, log_prior, options = params
+    mu, coded = previous[0]
+    lin = coded.linear_part(mu)
+    values: list[float] = []
+    res = minimize(
+        coded.scaled_negative_q,
+        x * coded.scale,
+        args=(mu, lin, values),
+        jac=True,
+        method="L-BFGS-B",
+        options=options,
+    )
+    # L-BFGS-B's line search only accepts descent; the guard keeps EM's ascent even if a
+    # search ends abnormally on a worse point than its start (its first value).
+    if res.fun <= values[0]:
+        x = res.x / coded.scale
+    mu, loglik = truth_step(coded.log_likelihood(x), coded.by_task, log_prior, part.gold)
+    return (mu, coded), ((loglik - coded.penalty(x)) / coded.n, x)
+
+
+def minimax_finish(part: Any, previous: Any, _: Any) -> tuple[Any, None]:
+    """The posteriors alone (the labels are their arg-max)."""
+    return previous[0][0], None
+
+
+class MinimaxEntropyModel(Model):
+    """Minimax entropy's EM over all the answers at once: the statistics of a step are its
+    objective and the ``sigma`` and ``tau`` its M-step found, which are the parameters.
+    Stops when the objective per answer rose by less than ``tol``.
+
+    In memory only: each M-step is an L-BFGS-B run over every worker's and every task's
+    parameters together, whose line search evaluates the objective over all the answers many
+    times; a step summed over parts cannot make it."""
+
+    start = staticmethod(minimax_start)
+    step = staticmethod(minimax_pass)
+    finish = staticmethod(minimax_finish)
+
+    def __init__(self, est: MinimaxEntropy, shape: Shape) -> None:
+        super().__init__(est.tol)
+        k = shape.n_labels
+        self.size = (shape.n_workers + shape.n_tasks) * k * k
+        self.start_arg = est._penalties(shape)
+        self.log_prior = np.full(k, -np.log(k))
+        self.options = {"maxiter": est.m_step_max_iter, "gtol": est.m_step_tol}
+
+    def init(self, stats: Any) -> np.ndarray:
+        return np.zeros(self.size)
+
+    def step_params(self, x: np.ndarray) -> tuple[Any, ...]:
+        return x, self.log_prior, self.options
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        return np.asarray(stats[1])
+
+    def objective(self, stats: Any) -> float:
+        return float(stats[0])
+
+
+class MinimaxEntropy(EMEstimator):
     """Minimax conditional entropy (Zhou et al., NIPS 2012): worker and task confusions.
 
     ``P(answer k | worker i, task j, truth c) ∝ exp(sigma_i[c, k] + tau_j[c, k])`` (see the
@@ -82,14 +155,13 @@ class MinimaxEntropy(Estimator):
     confusion's accuracy, ``sum_c p_c P_i(c | c)``, weighted by the posterior's label shares
     ``p = probas_.mean()``); ``n_iter_``, ``converged_``, ``objective_``; ``alpha_`` and
     ``beta_``, the penalties used. Takes no warm start: its state is per worker and per task.
+    Runs on the EM engine (:class:`MinimaxEntropyModel`) in memory only: see its docstring.
 
     References
     ----------
     D. Zhou, S. Basu, Y. Mao and J. C. Platt, "Learning from the Wisdom of Crowds by Minimax
     Entropy", NIPS 2012.
     """
-
-    iterative = True
 
     def __init__(
         self,
@@ -117,63 +189,36 @@ class MinimaxEntropy(Estimator):
         _check_int(name, "m_step_max_iter", self.m_step_max_iter, low=1)
         _check_float(name, "m_step_tol", self.m_step_tol, 0.0, low_open=True)
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        from scipy.optimize import minimize  # scipy loads on first fit: privtd imports light
-
-        model = _Model(answers)
-        k = model.k
+    def _penalties(self, shape: Shape) -> tuple[float, float]:
+        """``alpha`` and ``beta``: as given, or the authors' code's defaults."""
+        k = shape.n_labels
         beta = k * k / 4.0 if self.beta is None else float(self.beta)
-        active = max(int(np.count_nonzero(answers.worker_counts())), 1)
-        alpha = beta * answers.n_tasks / active if self.alpha is None else float(self.alpha)
-        model.set_penalties(alpha, beta)
-        log_prior = np.full(k, -np.log(k))
+        active = max(int(np.count_nonzero(shape.counts)), 1)
+        alpha = beta * shape.n_tasks / active if self.alpha is None else float(self.alpha)
+        return alpha, beta
 
-        mu = soft_majority(answers, gold)
-        x = np.zeros(model.size)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            lin = model.linear_part(mu)
-            values: list[float] = []
-            res = minimize(
-                model.scaled_negative_q,
-                x * model.scale,
-                args=(mu, lin, values),
-                jac=True,
-                method="L-BFGS-B",
-                options={"maxiter": self.m_step_max_iter, "gtol": self.m_step_tol},
-            )
-            # L-BFGS-B's line search only accepts descent; the guard keeps EM's ascent even
-            # if a search ends abnormally on a worse point than its start (its first value).
-            if res.fun <= values[0]:
-                x = res.x / model.scale
-            log_lik = model.log_likelihood(x)
-            mu, loglik = truth_step(log_lik, model.by_task, log_prior, gold)
-            objective.append((loglik - model.penalty(x)) / model.n)
-            if n_iter > 1 and objective[-1] - objective[-2] < self.tol:
-                converged = True
-                break
+    def _model(self, shape: Shape) -> MinimaxEntropyModel:
+        return MinimaxEntropyModel(self, shape)
 
-        sigma, tau = model.split(x)
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
+        assert mu is not None
+        sigma, tau = _split(fit.params, answers.n_workers, answers.n_tasks, answers.n_labels)
         confusion = np.exp(sigma - sigma.max(axis=2, keepdims=True))
         confusion /= confusion.sum(axis=2, keepdims=True)  # [worker, truth, answer]
         shares = mu.mean(axis=0)
         self.sigmas_ = sigma
         self.taus_ = tau
-        self.alpha_ = alpha
-        self.beta_ = beta
+        self.alpha_, self.beta_ = self._penalties(Shape.of(answers))
         self.confusions_ = confusion_frame(answers, confusion.transpose(0, 2, 1))
         accuracy = (np.diagonal(confusion, axis1=1, axis2=2) * shares).sum(axis=1)
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            truth,
             proba=mu,
             weight=accuracy,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
         )
 
     def _summary(self) -> dict[str, Any] | None:
@@ -190,7 +235,7 @@ class _Model:
     arrays per worker (one bincount) and per task (one product)."""
 
     def __init__(self, answers: Answers) -> None:
-        self.n = answers.n_answers
+        self.n = len(answers.task)
         self.k = answers.n_labels
         self.n_w = answers.n_workers
         self.n_t = answers.n_tasks
@@ -237,9 +282,7 @@ class _Model:
         return value, grad / self.scale
 
     def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``sigma`` (workers, K, K) and ``tau`` (tasks, K, K) as views of the flat ``x``."""
-        k = self.k
-        return x[: self.cut].reshape(self.n_w, k, k), x[self.cut :].reshape(self.n_t, k, k)
+        return _split(x, self.n_w, self.n_t, self.k)
 
     def penalty(self, x: np.ndarray) -> float:
         sigma, tau = self.split(x)
@@ -305,6 +348,12 @@ class _Model:
         grad[: self.cut] -= self.beta * sigma.ravel()
         grad[self.cut :] -= self.alpha * tau.ravel()
         return -value / n, -grad / n
+
+
+def _split(x: np.ndarray, n_w: int, n_t: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``sigma`` (workers, K, K) and ``tau`` (tasks, K, K) as views of the flat ``x``."""
+    cut = n_w * k * k
+    return x[:cut].reshape(n_w, k, k), x[cut:].reshape(n_t, k, k)
 
 
 def _softmax_parts(

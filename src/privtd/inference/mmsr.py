@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import eigh
@@ -9,7 +11,7 @@ from scipy.sparse.linalg import eigsh
 
 from .._rng import RNGLike, check_rng
 from ..answers import Answers
-from ._base import Estimator, Gold
+from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import softmax_rows
 from ._skill_vote import decide, skill_votes
 
@@ -17,7 +19,97 @@ from ._skill_vote import decide, skill_votes
 DENSE_EIGEN = 1500
 
 
-class MMSR(Estimator):
+def mmsr_start(part: Any, previous: Any, arg: Any) -> tuple[Any, Any]:
+    """The workers' covariance ``C`` from all the answers, and what the M-MSR half-steps
+    read of it: the overlapping pairs, ``|C|`` on them, the trim ``F`` and each group's
+    layout. Statistics: ``C``, the common task counts and the number of answered tasks."""
+    n_w = part.n_workers
+    cov, common = MMSR.covariance(part)
+    n_seen = int(np.count_nonzero(np.bincount(part.task, minlength=part.n_tasks)))
+    rows, cols = np.nonzero(common)
+    observed = np.abs(cov[rows, cols])
+    coworkers = np.bincount(rows, minlength=n_w)
+    # Not min(initial=0): that caps the minimum at 0, so F was always 0 and nothing was
+    # trimmed. With no worker there is nothing to trim.
+    f = max(int(coworkers.min()) // 2 - 1, 0) if n_w else 0
+    layouts = group_layout(cols, n_w), group_layout(rows, n_w)
+    return (rows, cols, observed, f, n_seen, layouts), (cov, common, n_seen)
+
+
+def mmsr_pass(part: Any, previous: Any, params: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any]:
+    """One M-MSR round: ``v`` then ``u`` as trimmed means of ``|C| / u`` and ``|C| / v``."""
+    rows, cols, observed, f, n_seen, (by_col, by_row) = previous[0]
+    u, v = params
+    n_w = part.n_workers
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = trimmed_means(cols, observed / u[rows], v, f, n_w, n_seen, by_col)
+        u = trimmed_means(rows, observed / v[cols], u, f, n_w, n_seen, by_row)
+    return previous[0], (u, v)
+
+
+def mmsr_finish(part: Any, previous: Any, weight: np.ndarray) -> tuple[Any, None]:
+    """The vote weighted by ``weight`` and its softmax (a task whose voters all weigh 0: the
+    plain majority vote), gold rows fixed."""
+    scores = skill_votes(part, weight)
+    truth, proba = decide(part, scores, softmax_rows(scores.copy()), None)
+    assert proba is not None
+    return (part.fix_labels(truth), part.fix_rows(proba)), None
+
+
+class MMSRModel(Model):
+    """Not EM: M-MSR's rank-one completion of the workers' covariance, whose rounds read the
+    ``workers x workers`` covariance, not the answers. The statistics of a round are the new
+    factors ``u`` and ``v``; its objective how far ``u v^T`` moved. Stops when that is below
+    ``tol``.
+
+    In memory only: the rounds and the sign determination work on the whole covariance (a
+    global matrix completion and an eigenvector), which no part of the answers holds."""
+
+    start = staticmethod(mmsr_start)
+    step = staticmethod(mmsr_pass)
+    finish = staticmethod(mmsr_finish)
+
+    def __init__(self, est: MMSR, shape: Shape) -> None:
+        super().__init__(est.tol)
+        self.est, self.shape = est, shape
+        self.rng = check_rng(est.rng)
+
+    def init(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        self.cov, self.common, self.n_seen = stats
+        return self.est._start(self.rng, self.shape.n_workers)
+
+    def step_params(self, params: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        self.current = params
+        return params
+
+    def m_step(self, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+        u, v = stats
+        return u, v
+
+    def objective(self, stats: Any) -> float:
+        (u, v), (u_old, v_old) = stats, self.current
+        return rank_one_distance(u, v, u_old, v_old)
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return objective[-1] < self.tol
+
+    def finish_params(self, fit: Fit) -> np.ndarray:
+        # The vote weights come from the factors and the covariance's signs; they, with the
+        # accuracies, become the fit's parameters: what the vote and the results read.
+        u, v = fit.params
+        k = self.shape.n_labels
+        norm_u = np.linalg.norm(u)
+        magnitude = u * np.sqrt(np.linalg.norm(v) / norm_u) if norm_u > 0 else u
+        s = magnitude * self.est.signs(self.cov, self.common, self.rng)
+        root = 1.0 / np.sqrt(max(self.n_seen, 1))
+        s = np.maximum(np.minimum(s, 1.0 - root), -1.0 / (k - 1) + root)
+        p = s * (k - 1) / k + 1.0 / k
+        weight = np.log(p * (k - 1) / (1.0 - p))
+        fit.params = weight, p
+        return weight
+
+
+class MMSR(EMEstimator):
     """Worker reliabilities from the covariance of their answers, then a weighted vote (Ma &
     Olshevsky, "Adversarial crowdsourcing through robust rank-one matrix completion", NeurIPS
     2020), for the one-coin model where worker ``u`` is right with probability ``p_u``.
@@ -65,58 +157,30 @@ class MMSR(Estimator):
     ``weights_["weight"]`` (also ``skills_``) is the vote weight; ``weights_["accuracy"]`` is
     ``p_u``. A worker who shares no task with anyone gets weight 0; a task whose workers all
     weigh 0 keeps its plain majority vote.
-    """
 
-    iterative = True
+    Runs on the EM engine (:class:`MMSRModel`) in memory only: see its docstring.
+    """
 
     def __init__(self, max_iter: int = 10000, tol: float = 1e-10, rng: RNGLike = 0) -> None:
         self.max_iter = max_iter
         self.tol = tol
         self.rng = rng
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_w, k = answers.n_workers, answers.n_labels
-        n_seen = int(np.count_nonzero(answers.task_counts()))
-        rng = check_rng(self.rng)
-        cov, common = self.covariance(answers)
-        rows, cols = np.nonzero(common)
-        observed = np.abs(cov[rows, cols])
-        coworkers = np.bincount(rows, minlength=n_w)
-        # Not min(initial=0): that caps the minimum at 0, so F was always 0 and nothing was
-        # trimmed. With no worker there is nothing to trim.
-        f = max(int(coworkers.min()) // 2 - 1, 0) if n_w else 0
-        u, v = self._start(rng, n_w)
-        by_col, by_row = group_layout(cols, n_w), group_layout(rows, n_w)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-                self._tick(n_iter)
-                u_old, v_old = u, v
-                v = trimmed_means(cols, observed / u[rows], v, f, n_w, n_seen, by_col)
-                u = trimmed_means(rows, observed / v[cols], u, f, n_w, n_seen, by_row)
-                objective.append(rank_one_distance(u, v, u_old, v_old))
-                if objective[-1] < self.tol:
-                    converged = True
-                    break
-        norm_u = np.linalg.norm(u)
-        magnitude = u * np.sqrt(np.linalg.norm(v) / norm_u) if norm_u > 0 else u
-        s = magnitude * self.signs(cov, common, rng)
-        root = 1.0 / np.sqrt(max(n_seen, 1))
-        s = np.maximum(np.minimum(s, 1.0 - root), -1.0 / (k - 1) + root)
-        p = s * (k - 1) / k + 1.0 / k
-        weight = np.log(p * (k - 1) / (1.0 - p))
-        scores = skill_votes(answers, weight)
-        truth, proba = decide(answers, scores, softmax_rows(scores.copy()), gold)
+    def _model(self, shape: Shape) -> MMSRModel:
+        return MMSRModel(self, shape)
+
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
+        weight, p = fit.params
         self._set_results(
             answers,
             truth,
             proba=proba,
             weight=weight,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={"accuracy": p},
         )
 
@@ -130,7 +194,7 @@ class MMSR(Estimator):
         """``C`` (0 where two workers share no task, and on the diagonal) and the number of
         common tasks per pair, from sparse worker x task and worker x (task, label) indicators."""
         n_w, n_t, k = answers.n_workers, answers.n_tasks, answers.n_labels
-        ones = np.ones(answers.n_answers)
+        ones = np.ones(len(answers.worker))
         took = sp.csr_matrix((ones, (answers.worker, answers.task)), shape=(n_w, n_t))
         said = sp.csr_matrix(
             (ones, (answers.worker, answers.task.astype(np.int64) * k + answers.value)),

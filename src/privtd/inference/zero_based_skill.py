@@ -3,15 +3,88 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..answers import Answers
-from ._base import Estimator, Gold, _check_float, _check_int
+from . import _kernels
+from ._base import _check_float, _check_int
+from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import shares
-from ._skill_vote import accuracy_against, decide, skill_votes
+from ._skill_vote import decide, skill_votes
 
 
-class ZeroBasedSkill(Estimator):
+def zbs_start(part: Any, previous: Any, arg: Any) -> tuple[None, None]:
+    """Nothing to read of the answers: the skills start alike."""
+    return None, None
+
+
+def zbs_pass(part: Any, previous: Any, skill: np.ndarray) -> tuple[np.ndarray, Any]:
+    """Per part: the skill-weighted vote (ties to the smallest label, gold fixed) and each
+    worker's number of answers equal to it."""
+    truth = _vote(part, skill_votes(part, skill), None)[0]
+    return truth, _kernels.agreement(part.task, part.worker, part.value, truth, part.n_workers)
+
+
+def zbs_finish(part: Any, previous: Any, skill: np.ndarray) -> tuple[Any, None]:
+    """Per part: the vote with the final skills and its shares."""
+    scores = skill_votes(part, skill)
+    return _vote(part, scores, shares(scores)), None
+
+
+def _vote(
+    part: Any, scores: np.ndarray, proba: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    truth, proba = decide(part, scores, proba, None)
+    return part.fix_labels(truth), None if proba is None else part.fix_rows(proba)
+
+
+class ZeroBasedSkillModel(Model):
+    """Not EM: a skill-weighted vote whose skills move towards their agreement with it, by a
+    learning rate that decays with the iterations. The statistics are each worker's agreement
+    count; the parameters the skills. Stops when no skill moved by more than ``tol``."""
+
+    start = staticmethod(zbs_start)
+    step = staticmethod(zbs_pass)
+    finish = staticmethod(zbs_finish)
+
+    def __init__(self, est: ZeroBasedSkill, shape: Shape) -> None:
+        super().__init__(est.tol)
+        self.est = est
+        self.n_labels = shape.n_labels
+        self.counts = np.maximum(shape.counts, 1)
+        self.rate = float(est.lr_init)
+        self.n_steps = 0
+
+    def init(self, stats: Any) -> np.ndarray:
+        return np.full(len(self.counts), 1.0 / self.n_labels + self.est.eps)
+
+    def step_params(self, skill: np.ndarray) -> np.ndarray:
+        self.skill = skill
+        return skill
+
+    def objective(self, stats: Any) -> float:
+        # The update is made here, where its size (the objective) is known: m_step returns it.
+        est = self.est
+        self.n_steps += 1
+        if self.n_steps % est.lr_steps_to_reduce == 0:
+            self.rate *= est.lr_reduce_factor
+        move = self.rate * (stats / self.counts - self.skill)
+        self.next = self.skill + move
+        return float(np.abs(move).max(initial=0.0))
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        return self.next
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return objective[-1] <= self.tol and n_iter > 1
+
+    def finish_params(self, fit: Fit) -> np.ndarray:
+        return fit.params
+
+
+class ZeroBasedSkill(EMEstimator):
     """A skill-weighted vote whose skills move towards each worker's agreement with it.
 
     Skills start at ``1/K + eps`` (every worker alike, so the first vote is the majority vote).
@@ -39,8 +112,6 @@ class ZeroBasedSkill(Estimator):
     ``weights_["weight"]`` (also ``skills_``) is the skill; ``probas_`` the weighted vote shares.
     """
 
-    iterative = True
-
     def __init__(
         self,
         max_iter: int = 100,
@@ -65,31 +136,18 @@ class ZeroBasedSkill(Estimator):
         _check_float(name, "lr_reduce_factor", self.lr_reduce_factor, 0.0, 1.0, low_open=True)
         _check_float(name, "eps", self.eps, 0.0)
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        skill = np.full(answers.n_workers, 1.0 / answers.n_labels + self.eps)
-        rate = float(self.lr_init)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            if n_iter % self.lr_steps_to_reduce == 0:
-                rate *= self.lr_reduce_factor
-            truth, _ = decide(answers, skill_votes(answers, skill), None, gold)
-            step = rate * (accuracy_against(answers, truth) - skill)
-            skill = skill + step
-            objective.append(float(np.abs(step).max(initial=0.0)))
-            if objective[-1] <= self.tol and n_iter > 1:
-                converged = True
-                break
-        scores = skill_votes(answers, skill)
-        truth, proba = decide(answers, scores, shares(scores), gold)
+    def _model(self, shape: Shape) -> ZeroBasedSkillModel:
+        return ZeroBasedSkillModel(self, shape)
+
+    def _finish(
+        self, answers: Answers, fit: Fit, truth: np.ndarray, proba: np.ndarray | None
+    ) -> None:
         self._set_results(
             answers,
             truth,
             proba=proba,
-            weight=skill,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            weight=fit.params,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
         )

@@ -36,10 +36,12 @@ from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
+from ..private_dawid_skene import PrivateDawidSkene
 from ..raykar import Raykar
 from ..weighted_average import WeightedAverage
 from ..weighted_vote import WeightedVote
 from ..zencrowd import AwareZenCrowd, ZenCrowd
+from ..zero_based_skill import ZeroBasedSkill
 from . import _shard
 from ._cluster import connect, gather
 from ._ingest import DistributedAnswers, ingest
@@ -270,6 +272,15 @@ def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None
     est._finish(_coded(data, tasks), fit, truth, proba)
 
 
+def _fit_private_ds(est: PrivateDawidSkene, data: DistributedAnswers, passes: _Passes) -> None:
+    if not isinstance(est.init, str):
+        raise ValidationError(
+            "On a Dask cluster PrivateDawidSkene starts from the majority vote only (init='mv'): "
+            "an init array follows the in-memory order of tasks, which the shards do not keep."
+        )
+    _fit_em(est, data, passes)
+
+
 @dataclass
 class _Mirrored:
     """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
@@ -336,6 +347,11 @@ def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswer
     return fit
 
 
+# Iterative methods on the EM engine that run in memory only, and why (docs/scale.md):
+# - KOS: a round rescales every answer's message by the largest over all answers (a reduction
+#   inside the round), and its random start is one draw per answer in input order.
+# - MMSR: its rounds and signs work on the whole workers x workers covariance, not on shards.
+# - MinimaxEntropy: an M-step is an L-BFGS-B run that reads all the answers many times.
 _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     MajorityVote: ("mv", _fit_mv),
     WeightedVote: ("wv", _fit_em),
@@ -353,6 +369,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
     ZenCrowd: ("zencrowd", _fit_em),
     AwareZenCrowd: ("aware-zencrowd", _fit_em),
+    ZeroBasedSkill: ("zbs", _fit_em),
+    PrivateDawidSkene: ("private-ds", _fit_private_ds),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -381,7 +399,8 @@ def fit_distributed(
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
         DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, CRH, CATD, GTM, Raykar,
-        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with
+        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd,
+        ZeroBasedSkill, PrivateDawidSkene), with
         ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first

@@ -495,7 +495,7 @@ def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, An
 #: Passes that read nothing of the previous pass: the shard and the client's parameters
 #: determine them, so their tasks do not depend on the previous pass's, and Dask recomputes a
 #: lost one from the shard alone.
-STATELESS = frozenset({"ds_pass", "one_coin_pass"})
+STATELESS = frozenset({"ds_pass", "one_coin_pass", "zbs_pass", "zbs_finish"})
 
 #: Passes whose per-task state (posteriors, votes) is a function of the shard and the pass's
 #: parameters alone, when they start from no previous state: it is not kept between passes
@@ -509,6 +509,7 @@ RECOMPUTABLE = frozenset(
         "zencrowd_start",
         "mv_pass",
         "majority_agree",
+        "zbs_pass",
     }
 )
 
