@@ -25,13 +25,14 @@ from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
 from .._base import Estimator, gold_series
-from .._em import EMEstimator, Shape, run_em
+from .._em import EMEstimator, Shape
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import DawidSkene, ds_pass, ds_start
 from ..gtm import GTM
 from ..latent_class import LatentClass
+from ..mace import MACE, AwareMACE
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
 from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
@@ -262,10 +263,7 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None:
     """An EM estimator: its own model and results, its steps run over the shards."""
-    model = est._model(Shape.of(data))
-    fit = run_em(model, passes, est.max_iter, est._tick)
-    if model.finish is not None:
-        passes.run(model.finish, model.finish_params(fit))
+    fit = est._run(passes, Shape.of(data))
     tasks, truth, proba = passes.collect()
     est._finish(_coded(data, tasks), fit, truth, proba)
 
@@ -353,6 +351,8 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
     ZenCrowd: ("zencrowd", _fit_em),
     AwareZenCrowd: ("aware-zencrowd", _fit_em),
+    MACE: ("mace", _fit_em),
+    AwareMACE: ("aware-mace", _fit_em),
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -380,9 +380,9 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, CRH, CATD, GTM, Raykar,
-        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd), with
-        ``tie_break="first"``.
+        DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, MACE, CRH, CATD, GTM, Raykar,
+        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd,
+        AwareMACE), with ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
