@@ -327,6 +327,8 @@ def test_other_methods_refuse_naming_the_distributed_ones(files, ingested):
     with pytest.raises(ValidationError, match="GLAD") as info:
         fit_distributed(make_estimator("glad"), ingested("cat", 3))
     assert all(m in str(info.value) for m in DISTRIBUTED_METHODS)
+    with pytest.raises(ValidationError, match="AwareGLAD .*conjugate gradients"):
+        fit_distributed(make_estimator("aware-glad"), ingested("cat", 3))
 
 
 def test_missing_and_unreadable_files_are_one_line(files, client, tmp_path):

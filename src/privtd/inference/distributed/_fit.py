@@ -30,6 +30,7 @@ from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import DawidSkene, ds_pass, ds_start
+from ..glad import GLAD
 from ..gtm import GTM
 from ..latent_class import LatentClass
 from ..mace import MACE, AwareMACE
@@ -355,6 +356,12 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     AwareMACE: ("aware-mace", _fit_em),
 }
 
+#: Why an estimator fitted by ``run_em`` in memory does not run here yet.
+_NOT_YET: dict[type[Estimator], str] = {
+    GLAD: "its M-step fits each task's difficulty jointly with the workers' abilities by "
+    "conjugate gradients: each gradient would be a pass over the shards",
+}
+
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
 DISTRIBUTED_METHODS: tuple[str, ...] = tuple(name for name, _ in _DRIVERS.values())
 
@@ -413,10 +420,11 @@ def fit_distributed(
     """
     entry = _DRIVERS.get(type(estimator))
     if entry is None:
+        why = next((f" ({r})" for c, r in _NOT_YET.items() if isinstance(estimator, c)), "")
         raise ValidationError(
-            f"{type(estimator).__name__} does not run on a Dask cluster yet; these methods do: "
-            f"{', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without --engine "
-            "dask)."
+            f"{type(estimator).__name__} does not run on a Dask cluster yet{why}; these methods "
+            f"do: {', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without "
+            "--engine dask)."
         )
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
