@@ -272,6 +272,35 @@ def test_aware_zencrowd_same_labels_as_in_memory(mechanism, kind, partitions, fi
     _assert_same(mem, dist, numeric=False)
 
 
+# MACE runs one EM per restart on the shards and keeps the best; on this crowd that is not the
+# last restart, so the kept one's posteriors are computed again on the shards.
+@pytest.mark.parametrize("partitions", [1, 3, 7])
+@pytest.mark.parametrize("variant", ["em", "vb", "aware"])
+def test_mace_keeps_the_same_restart_as_in_memory(variant, partitions, files, ingested):
+    from privtd.inference import MACE, AwareMACE
+
+    def make():
+        params = {"n_restarts": 3, "max_iter": 6, "tol": 0.0}
+        if variant == "aware":
+            return AwareMACE(_mechanism("one-layer", 3), **params)
+        return MACE(method=variant, **params)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mem = make().fit(Answers.from_frame(files["cat_frame"]))
+        dist = fit_distributed(make(), ingested("cat", partitions))
+    _assert_same(mem, dist, numeric=False)
+    np.testing.assert_allclose(dist.strategies_, mem.strategies_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(dist.restart_objectives_, mem.restart_objectives_, rtol=1e-9)
+    assert mem.restart_objectives_.argmax() < 2
+
+
+def test_mace_default_stopping_rule_stops_at_the_same_iteration(files, ingested):
+    mem, dist = _both("mace", {"n_restarts": 2}, files["cat_frame"], ingested("cat", 3))
+    assert mem.converged_ and mem.n_iter_ >= 50
+    _assert_same(mem, dist, numeric=False)
+
+
 @pytest.mark.parametrize("method", ["aware-ds", "aware-one-coin"])
 def test_aware_orientation_refit_from_the_mirror_is_the_same(method, files, ingested, monkeypatch):
     """Force the orientation check's refit from the mirrored posteriors (agreement with
@@ -321,6 +350,12 @@ def test_other_methods_refuse_naming_the_distributed_ones(files, ingested):
     with pytest.raises(ValidationError, match="GLAD") as info:
         fit_distributed(make_estimator("glad"), ingested("cat", 3))
     assert all(m in str(info.value) for m in DISTRIBUTED_METHODS)
+    with pytest.raises(ValidationError, match="AwareGLAD .*conjugate gradients"):
+        fit_distributed(make_estimator("aware-glad"), ingested("cat", 3))
+    binary = ingested("bin", 3)
+    for method, why in [("kos", "reduction inside"), ("mmsr", "covariance"), ("minimax", "L-BFGS")]:
+        with pytest.raises(ValidationError, match=why):
+            fit_distributed(make_estimator(method), binary)
 
 
 def test_missing_and_unreadable_files_are_one_line(files, client, tmp_path):

@@ -158,12 +158,19 @@ class EMEstimator(Estimator):
     ) -> None:
         raise NotImplementedError
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        executor = InMemory(MemoryPart(answers, gold, self._warm))
-        model = self._model(Shape.of(answers))
+    def _run(self, executor: Executor, shape: Shape) -> Fit:
+        """The fit on an executor, whose state is then the final per-task results: the model
+        run by :func:`run_em`, then its ``finish`` (an estimator that runs several models,
+        restarts, overrides this)."""
+        model = self._model(shape)
         fit = run_em(model, executor, int(self.max_iter), self._tick)
         if model.finish is not None:
             executor.run(model.finish, model.finish_params(fit))
+        return fit
+
+    def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        executor = InMemory(MemoryPart(answers, gold, self._warm))
+        fit = self._run(executor, Shape.of(answers))
         self._finish(answers, fit, *results(executor.state))
 
     max_iter: int

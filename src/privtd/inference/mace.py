@@ -30,16 +30,16 @@ import numpy as np
 
 from .._rng import RNGLike, check_rng
 from ..answers import Answers
-from . import _kernels
-from ._base import Estimator, Gold, _check_choice, _check_float, _check_int
+from ._base import _check_choice, _check_float, _check_int
 from ._channel import channel_matrix, compose_confusions, truth_part
-from .dawid_skene import gold_array
+from ._em import EMEstimator, Executor, Fit, Model, Shape, run_em
+from .dawid_skene import ds_pass
 
 # Arrays per worker: trust (earnest), spam (1 - trust under EM; less under VB), strategy (K).
 Params = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-class MACE(Estimator):
+class MACE(EMEstimator):
     """MACE (Hovy et al. 2013): a spamming indicator per answer (see module doc).
 
     Parameters
@@ -81,8 +81,6 @@ class MACE(Estimator):
     ``answers.labels`` order), ``n_iter_`` / ``converged_`` / ``objective_`` of the restart
     kept, ``restart_objectives_``.
     """
-
-    iterative = True
 
     def __init__(
         self,
@@ -133,8 +131,10 @@ class MACE(Estimator):
         per_start = max(super()._planned_passes(), min(self.min_iter, self.max_iter))
         return int(n_starts) * per_start
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_w, k = answers.n_workers, answers.n_labels
+    def _run(self, executor: Executor, shape: Shape) -> Fit:
+        """Every restart, one :func:`~._em.run_em` each from its random draw (drawn all before
+        the first), and the one with the highest log marginal likelihood kept."""
+        n_w, k = shape.n_workers, shape.n_labels
         gen = check_rng(self.rng)
         starts = getattr(self, "_starts", None)
         if starts is None:
@@ -146,91 +146,107 @@ class MACE(Estimator):
                 strategy /= strategy.sum(axis=1, keepdims=True)
                 starts.append((spam[:, 1], spam[:, 0], strategy))
         channel = channel_matrix(getattr(self, "mechanism", None), k, type(self).__name__)
-        best = None
+        best: tuple[MACEModel, Fit] | None = None
         finals = []
         for start in starts:
-            fit = self._em(answers, gold, channel, start)
-            finals.append(fit[3][-1] if fit[3] else -np.inf)
-            if best is None or finals[-1] > best[3][-1]:
-                best = fit
+            model = MACEModel(self, shape, channel, start)
+            fit = run_em(model, executor, int(self.max_iter), self._tick)
+            finals.append(fit.objective[-1] if fit.objective else -np.inf)
+            if best is None or finals[-1] > best[1].objective[-1]:
+                best = model, fit
         assert best is not None
-        mu, params, n_iter, objective, converged = best
-        trust, _, strategy = params
-        self.strategies_ = strategy
+        model, kept = best
+        if kept is not fit:
+            # The executor holds the last restart's posteriors: the kept one's again.
+            executor.run(ds_pass, model.step_params(kept.used))
         self.restart_objectives_ = np.asarray(finals)
+        return kept
+
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
+        # Reported: the parameters the final posteriors were computed with.
+        trust, spam, strategy = fit.used
+        self.strategies_ = strategy
         self._set_results(
             answers,
-            mu.argmax(axis=1),
+            truth,
             proba=mu,
             weight=trust,
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
-            worker_columns={"spam": params[1]},
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
+            worker_columns={"spam": spam},
         )
 
-    def _em(
-        self, answers: Answers, gold: Gold | None, channel: np.ndarray | None, params: Params
-    ) -> tuple[np.ndarray, Params, int, list[float], bool]:
-        """One restart: E-step from ``params``, then M-step and E-step until, after ``min_iter``
-        steps, the log marginal likelihood per answer moves less than ``tol``."""
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
-        wx = layout.worker.astype(np.int64) * k + layout.value
-        gold_labels = gold_array(gold, n_t)
-        log_prior = np.full(k, -np.log(k))
-        counts = answers.worker_counts().astype(np.float64)
-        smoothing = 0.01 / k if self.smoothing is None else self.smoothing
 
-        def e_step(params: Params) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-            trust, spam, strategy = params
-            # Per worker, P(r | l) = trust C[r, l] + spam (C xi)[r]: the Dawid-Skene pass on
-            # these confusions gives the posteriors and each worker's report-truth counts N.
-            composed = compose_confusions(channel, trust, spam[:, None] * strategy)
-            mu, flat, _, loglik = _kernels.ds_step(
-                layout, wx, np.log(composed).reshape(n_w * k, k), log_prior, gold_labels
-            )
-            table = flat.reshape(n_w, k, k)
-            earnest = truth_part(channel, table, composed, trust)
-            # Spammed reports per worker and report value, then split over own answers a by
-            # xi(a) C[r, a] (no channel: a = r).
-            by_report = spam[:, None] * (table / composed).sum(axis=2)
-            strategy_counts = strategy * (by_report if channel is None else by_report @ channel)
-            return mu, loglik / answers.n_answers, earnest, strategy_counts
+class MACEModel(Model):
+    """One restart of MACE as sufficient statistics: Dawid-Skene's pass
+    (:func:`~.dawid_skene.ds_pass`) under each worker's confusion, through the channel, with a
+    uniform class prior; parameters: trust, spam and strategy per worker (see module doc). Its
+    start is the E-step from the restart's draw; it stops, after ``min_iter`` steps, when the
+    log marginal likelihood per answer moves less than ``tol``."""
 
+    start = staticmethod(ds_pass)
+    step = staticmethod(ds_pass)
+
+    def __init__(self, est: MACE, shape: Shape, channel: np.ndarray | None, start: Params) -> None:
+        super().__init__(est.tol)
+        self.est, self.shape, self.channel = est, shape, channel
+        k = shape.n_labels
+        self.log_prior = np.full(k, -np.log(k))
+        self.counts = shape.counts.astype(np.float64)
+        self.smoothing = 0.01 / k if est.smoothing is None else est.smoothing
+        self.min_iter = min(est.min_iter, est.max_iter)
+        self.start_arg = self.step_params(start)
+
+    def step_params(self, params: Params) -> tuple[np.ndarray, np.ndarray]:
+        trust, spam, strategy = params
+        # Per worker, P(r | l) = trust C[r, l] + spam (C xi)[r]; kept, with the parameters,
+        # for the M-step that reads this step's report-truth counts.
+        self.used = params
+        self.composed = compose_confusions(self.channel, trust, spam[:, None] * strategy)
+        n_w, k = self.shape.n_workers, self.shape.n_labels
+        return np.log(self.composed).reshape(n_w * k, k), self.log_prior
+
+    def init(self, stats: Any) -> Params:
+        return self.m_step(stats)
+
+    def m_step(self, stats: Any) -> Params:
         from scipy.special import digamma  # on first fit: privtd imports light
 
-        def m_step(earnest: np.ndarray, strategy_counts: np.ndarray) -> Params:
-            spam_counts = counts - earnest
-            if self.method == "em":
-                trust = (earnest + smoothing) / (counts + 2 * smoothing)
-                spam = 1.0 - trust
-                strategy = strategy_counts + smoothing
-                strategy /= strategy.sum(axis=1, keepdims=True)
-                return trust, spam, strategy
-            total = digamma(counts + self.alpha + self.beta)
-            trust = np.exp(digamma(earnest + self.beta) - total)
-            spam = np.exp(digamma(spam_counts + self.alpha) - total)
-            strategy = np.exp(
-                digamma(strategy_counts + self.strategy_prior)
-                - digamma(strategy_counts.sum(axis=1, keepdims=True) + k * self.strategy_prior)
-            )
+        est, channel, composed = self.est, self.channel, self.composed
+        trust, spam, strategy = self.used
+        n_w, k = self.shape.n_workers, self.shape.n_labels
+        table = np.asarray(stats[0], dtype=np.float64).reshape(n_w, k, k)
+        earnest = truth_part(channel, table, composed, trust)
+        # Spammed reports per worker and report value, then split over own answers a by
+        # xi(a) C[r, a] (no channel: a = r).
+        by_report = spam[:, None] * (table / composed).sum(axis=2)
+        strategy_counts = strategy * (by_report if channel is None else by_report @ channel)
+        counts = self.counts
+        if est.method == "em":
+            smoothing = self.smoothing
+            trust = (earnest + smoothing) / (counts + 2 * smoothing)
+            spam = 1.0 - trust
+            strategy = strategy_counts + smoothing
+            strategy /= strategy.sum(axis=1, keepdims=True)
             return trust, spam, strategy
+        spam_counts = counts - earnest
+        total = digamma(counts + est.alpha + est.beta)
+        trust = np.exp(digamma(earnest + est.beta) - total)
+        spam = np.exp(digamma(spam_counts + est.alpha) - total)
+        strategy = np.exp(
+            digamma(strategy_counts + est.strategy_prior)
+            - digamma(strategy_counts.sum(axis=1, keepdims=True) + k * est.strategy_prior)
+        )
+        return trust, spam, strategy
 
-        mu, value, earnest, strategy_counts = e_step(params)
-        min_iter = min(self.min_iter, self.max_iter)
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            self._tick(n_iter)
-            params = m_step(earnest, strategy_counts)
-            mu, value, earnest, strategy_counts = e_step(params)
-            objective.append(value)
-            if n_iter >= min_iter and n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol:
-                converged = True
-                break
-        return mu, params, n_iter, objective, converged
+    def objective(self, stats: Any) -> float:
+        return float(stats[2]) / self.shape.n_answers
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return (
+            n_iter >= self.min_iter and n_iter > 1 and abs(objective[-1] - objective[-2]) < self.tol
+        )
 
 
 class AwareMACE(MACE):

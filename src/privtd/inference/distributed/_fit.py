@@ -25,15 +25,20 @@ from ...answers import Answers
 from ...errors import ValidationError
 from .. import _kernels
 from .._base import Estimator, gold_series
-from .._em import EMEstimator, Shape, run_em
+from .._em import EMEstimator, Shape
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import DawidSkene, ds_pass, ds_start
+from ..glad import GLAD
 from ..gtm import GTM
+from ..kos import KOS
 from ..latent_class import LatentClass
+from ..mace import MACE, AwareMACE
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
+from ..minimax_entropy import MinimaxEntropy
+from ..mmsr import MMSR
 from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
 from ..private_dawid_skene import PrivateDawidSkene
@@ -264,10 +269,7 @@ def _fit_mv(est: MajorityVote, data: DistributedAnswers, passes: _Passes) -> Non
 
 def _fit_em(est: EMEstimator, data: DistributedAnswers, passes: _Passes) -> None:
     """An EM estimator: its own model and results, its steps run over the shards."""
-    model = est._model(Shape.of(data))
-    fit = run_em(model, passes, est.max_iter, est._tick)
-    if model.finish is not None:
-        passes.run(model.finish, model.finish_params(fit))
+    fit = est._run(passes, Shape.of(data))
     tasks, truth, proba = passes.collect()
     est._finish(_coded(data, tasks), fit, truth, proba)
 
@@ -347,11 +349,6 @@ def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswer
     return fit
 
 
-# Iterative methods on the EM engine that run in memory only, and why (docs/scale.md):
-# - KOS: a round rescales every answer's message by the largest over all answers (a reduction
-#   inside the round), and its random start is one draw per answer in input order.
-# - MMSR: its rounds and signs work on the whole workers x workers covariance, not on shards.
-# - MinimaxEntropy: an M-step is an L-BFGS-B run that reads all the answers many times.
 _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     MajorityVote: ("mv", _fit_mv),
     WeightedVote: ("wv", _fit_em),
@@ -371,6 +368,18 @@ _DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
     AwareZenCrowd: ("aware-zencrowd", _fit_em),
     ZeroBasedSkill: ("zbs", _fit_em),
     PrivateDawidSkene: ("private-ds", _fit_private_ds),
+    MACE: ("mace", _fit_em),
+    AwareMACE: ("aware-mace", _fit_em),
+}
+
+#: Iterative methods on the EM engine that run in memory only, and why (docs/scale.md).
+_NOT_YET: dict[type[Estimator], str] = {
+    GLAD: "its M-step fits each task's difficulty jointly with the workers' abilities by "
+    "conjugate gradients: each gradient would be a pass over the shards",
+    KOS: "a round rescales every answer's message by the largest over all answers, a "
+    "reduction inside the round, and its random start is one draw per answer in input order",
+    MMSR: "its rounds and signs work on the whole workers x workers covariance, not on shards",
+    MinimaxEntropy: "an M-step is an L-BFGS-B run that reads all the answers many times",
 }
 
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
@@ -398,10 +407,9 @@ def fit_distributed(
     ----------
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
-        DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, CRH, CATD, GTM, Raykar,
+        DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, MACE, CRH, CATD, GTM, Raykar,
         WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd,
-        ZeroBasedSkill, PrivateDawidSkene), with
-        ``tie_break="first"``.
+        AwareMACE, ZeroBasedSkill, PrivateDawidSkene), with ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
@@ -432,10 +440,11 @@ def fit_distributed(
     """
     entry = _DRIVERS.get(type(estimator))
     if entry is None:
+        why = next((f" ({r})" for c, r in _NOT_YET.items() if isinstance(estimator, c)), "")
         raise ValidationError(
-            f"{type(estimator).__name__} does not run on a Dask cluster yet; these methods do: "
-            f"{', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without --engine "
-            "dask)."
+            f"{type(estimator).__name__} does not run on a Dask cluster yet{why}; these methods "
+            f"do: {', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without "
+            "--engine dask)."
         )
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
