@@ -5,12 +5,13 @@
     PRIVTD_BACKEND=numba PYTHONPATH=src python benchmarks/bench_aware_loops.py time
 
 ``dump`` records every fitted array of a set of small fits (with and without the mechanism,
-gold, a warm start; AwareNull's mechanisms, estimates, locations and starts) and of the timed
-ones; ``same`` says whether two records are equal bit for bit (run one tree's dump against
-another's: a refactor of the loops must change no bit on either backend). ``time``: the best
-of ``--repeats`` fits of mid-size crowds: AwareGaussian on 20,000 tasks x 2,000 workers with 20
-answers a task (400,000 answers, P1's noise at level 1), AwareNull on P3's synthetic design
-(2,000 workers x 200 tasks, sparsity 0.5, epsilon 1) under both of its estimates.
+gold, a warm start; AwareNull's mechanisms, estimates, locations and starts, and 2,500 tasks)
+and of the timed ones; ``same`` says whether two records are equal bit for bit (run one tree's
+dump against another's: a refactor of the loops must change no bit on either backend).
+``time``: the best of ``--repeats`` fits of mid-size crowds: AwareGaussian on 20,000 tasks x
+2,000 workers with 20 answers a task (400,000 answers, P1's noise at level 1), AwareNull on
+P3's synthetic design (2,000 workers x 200 tasks, sparsity 0.5, epsilon 1) under both of its
+estimates, and on 1,000 workers x 3,000 tasks (epsilon 0.5, variational).
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def timed_cases() -> Iterator[tuple[str, Fit]]:
     released, null_mech = p3(0.5, KRRNull, 1.0, 5)
     yield "null/mid-map", lambda: AwareNull(null_mech).fit(released)
     yield "null/mid-variational", lambda: AwareNull(null_mech, estimate="variational").fit(released)
+    answers, _ = bigdata18.synthetic(1000, 3000, 0.5, np.random.default_rng(7))
+    big_mech = KRRNull.from_epsilon(0.5, 0, 9)
+    big = big_mech.perturb(answers, rng=8)
+    yield "null/big-variational", lambda: AwareNull(big_mech, estimate="variational").fit(big)
 
 
 def small_cases() -> Iterator[tuple[str, Fit]]:
@@ -88,6 +93,10 @@ def small_cases() -> Iterator[tuple[str, Fit]]:
             )
             yield f"{key}/short", lambda m=null_mech, r=released: AwareNull(m, max_iter=3).fit(r)
     released, null_mech = p3(0.5, KRRNull, 1.0, 4)
+    many, _ = bigdata18.synthetic(200, 2500, 0.5, np.random.default_rng(6))
+    many_mech = KRRNull.from_epsilon(0.5, 0, 9)
+    many = many_mech.perturb(many, rng=7)
+    yield "null/many-tasks", lambda: AwareNull(many_mech, estimate="variational").fit(many)
     null_gold = pd.Series(4.0, index=released.tasks[::9])
     yield "null/gold", lambda: AwareNull(null_mech).fit(released, gold=null_gold)
 

@@ -150,6 +150,23 @@ def test_aware_null_objective_counts_every_task_once(name, backend):
     assert np.all(np.abs(np.diff(full.objective_)) < 0.1 * abs(full.objective_[0]))
 
 
+def test_aware_null_step_is_the_same_over_the_threads(backend, monkeypatch):
+    # The compiled step over the threads and on one: the same 16 blocks, the same bits.
+    backend("numba")
+    mech = KRRNull.from_epsilon(0.5, 0, 9)
+    answers, _ = bigdata18.synthetic(60, 400, 0.5, np.random.default_rng(6))
+    released = mech.perturb(answers, rng=7)
+    fits = []
+    for tasks in (10**9, 0):
+        monkeypatch.setattr(_kernels, "NULL_PARALLEL_TASKS", tasks)
+        fits.append(AwareNull(mech, estimate="variational").fit(released))
+    one, threads = fits
+    assert one.n_iter_ == threads.n_iter_ > 3
+    assert np.array_equal(one.objective_, threads.objective_)
+    assert np.array_equal(one.truths_.to_numpy(), threads.truths_.to_numpy())
+    assert np.array_equal(one.answer_rate_.to_numpy(), threads.answer_rate_.to_numpy())
+
+
 @pytest.mark.parametrize("learned", [True, False])
 @pytest.mark.parametrize("k", [2, 3])
 def test_backends_agree_on_the_aware_dawid_skene_jump(learned, k, backend):

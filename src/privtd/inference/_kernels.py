@@ -361,7 +361,21 @@ if numba is not None:
 
     @_jit
     def _aware_gaussian_step_nb(
-        t, w, x, counts, m, post_var, fallback, gold_index, gold_value, conv, g, tau, share
+        t,
+        w,
+        x,
+        counts,
+        m,
+        post_var,
+        fallback,
+        gold_index,
+        gold_value,
+        conv,
+        g,
+        tau,
+        share,
+        num,
+        den,
     ):
         n_t, n_w, n_c, n_k = m.shape[0], counts.shape[0], tau.shape[0], g.shape[0]
         basis = np.empty((n_c, 2))
@@ -401,7 +415,10 @@ if numba is not None:
             new_g[k] = (1.0 - share) * g[k] * back + share / n_k
             g_sum += new_g[k]
         new_g /= g_sum
-        num, den = np.zeros(n_t), np.zeros(n_t)
+        # num and den: the caller's, reused by every iteration (fresh arrays of a task's size
+        # cost page faults more than the pass).
+        num[:] = 0.0
+        den[:] = 0.0
         for i in range(t.shape[0]):
             v = weight[w[i], 0]
             num[t[i]] += v * x[i]
@@ -828,59 +845,101 @@ if numba is not None:
         return low  # unreachable: the last score always returns
 
     @_par
-    def _aware_null_step_nb(
-        counts, keep, other, n_q, rate, prior, expected, truth, active, low, median, use_map, tol
-    ):
-        # One accelerated step of every active task, 16 fixed blocks of tasks: the per-step sum
-        # does not depend on the thread count.
-        n_t, k = counts.shape
-        n_chunks = 16
-        prior_sum = prior.sum()
-        final = np.zeros(n_t)
-        sums = np.zeros(n_chunks)
-        for ch in numba.prange(n_chunks):
-            e1, e2, jump, w = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
-            log0, r, v = np.empty(k), np.empty(k), np.empty(k)
-            for q in range(ch * n_t // n_chunks, (ch + 1) * n_t // n_chunks):
-                if not active[q]:
-                    continue
-                e0, c = expected[q], counts[q]
-                r0, r1 = rate[0], rate[1]
-                n_total = n_q[q] + r0 + r1
-                psi_y, psi_c = _psi_parts_nb(n_total)
-                psi_total = np.log(psi_y) + psi_c
-                task = (keep, other, r0, r1, prior, prior_sum, psi_total, n_total, use_map)
-                # SQUAREM in log space, as AwareNull._accelerated_step.
-                _null_e_step_nb(c, *task, e0, e1, w, False)
-                _null_e_step_nb(c, *task, e1, e2, w, False)
-                r_norm, v_norm = 0.0, 0.0
-                for z in range(k):
-                    log0[z] = np.log(max(e0[z], 1e-300))
-                    log1 = np.log(max(e1[z], 1e-300))
-                    r[z] = log1 - log0[z]
-                    v[z] = np.log(max(e2[z], 1e-300)) - log1 - r[z]
-                    r_norm += r[z] * r[z]
-                    v_norm += v[z] * v[z]
-                r_norm, v_norm = np.sqrt(r_norm), np.sqrt(v_norm)
-                alpha = min(-r_norm / (v_norm if v_norm > 0.0 else 1.0), -1.0)
-                finite = True
-                for z in range(k):
-                    jump[z] = np.exp(log0[z] - 2.0 * alpha * r[z] + alpha * alpha * v[z])
-                    finite = finite and np.isfinite(jump[z])
-                if not finite:  # a huge step length overflowed: keep the second E step
-                    jump[:] = e2
-                loglik = _null_e_step_nb(c, *task, jump, e0, w, True)
-                sums[ch] += loglik
-                final[q] = loglik
-                new = _null_truth_nb(e0, prior, low, median)
-                settled = abs(new - truth[q]) < tol
-                truth[q] = new
-                if settled:
-                    active[q] = False
+    def _null_task_constants_nb(n_q, rate, prior):
+        # Per task psi(n_q + r0 + r1), which every E step of its variational fit reads, and the
+        # prior's total, summed as numba sums an array in a parallel kernel (by thread).
+        out = np.empty(n_q.shape[0])
+        for q in range(n_q.shape[0]):
+            psi_y, psi_c = _psi_parts_nb(n_q[q] + rate[0] + rate[1])
+            out[q] = np.log(psi_y) + psi_c
+        return out, prior.sum()
+
+    @_jit
+    def _null_block_nb(lo, hi, counts, channel, rate, prior, constants, state, out, settings):
+        # One accelerated step (SQUAREM in log space, as AwareNull._accelerated_step) of each
+        # active task of lo:hi; returns their summed log-likelihood.
+        keep, other = channel
+        prior_sum, psi_total, n_q = constants
+        expected, truth, active = state
+        stopped, final = out
+        low, median, use_map, tol = settings
+        k = counts.shape[1]
+        e1, e2, jump, w = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        log0, r, v = np.empty(k), np.empty(k), np.empty(k)
+        r0, r1 = rate[0], rate[1]
         total = 0.0
-        for ch in range(n_chunks):
+        for q in range(lo, hi):
+            if not active[q]:
+                continue
+            e0, c = expected[q], counts[q]
+            n_total = n_q[q] + r0 + r1
+            task = (keep, other, r0, r1, prior, prior_sum, psi_total[q], n_total, use_map)
+            _null_e_step_nb(c, *task, e0, e1, w, False)
+            _null_e_step_nb(c, *task, e1, e2, w, False)
+            r_norm, v_norm = 0.0, 0.0
+            for z in range(k):
+                log0[z] = np.log(max(e0[z], 1e-300))
+                log1 = np.log(max(e1[z], 1e-300))
+                r[z] = log1 - log0[z]
+                v[z] = np.log(max(e2[z], 1e-300)) - log1 - r[z]
+                r_norm += r[z] * r[z]
+                v_norm += v[z] * v[z]
+            r_norm, v_norm = np.sqrt(r_norm), np.sqrt(v_norm)
+            alpha = min(-r_norm / (v_norm if v_norm > 0.0 else 1.0), -1.0)
+            finite = True
+            for z in range(k):
+                jump[z] = np.exp(log0[z] - 2.0 * alpha * r[z] + alpha * alpha * v[z])
+                finite = finite and np.isfinite(jump[z])
+            if not finite:  # a huge step length overflowed: keep the second E step
+                jump[:] = e2
+            loglik = _null_e_step_nb(c, *task, jump, e0, w, True)
+            total += loglik
+            final[q] = loglik
+            new = _null_truth_nb(e0, prior, low, median)
+            settled = abs(new - truth[q]) < tol
+            truth[q] = new
+            if settled:
+                active[q] = False
+                stopped[q] = True
+        return total
+
+    @_jit
+    def _null_step_sums_nb(sums, stopped, final, active):
+        # The blocks' log-likelihoods in block order; the last log-likelihoods of the tasks
+        # that stopped, in task order; how many tasks still step.
+        total, stopped_sum, left = 0.0, 0.0, 0
+        for ch in range(sums.shape[0]):
             total += sums[ch]
-        return final, total
+        for q in range(final.shape[0]):
+            if stopped[q]:
+                stopped_sum += final[q]
+            if active[q]:
+                left += 1
+        return total, stopped_sum, left
+
+    @_jit
+    def _aware_null_step_nb(counts, channel, rate, prior, constants, state, settings, n_blocks):
+        n_t = counts.shape[0]
+        sums, stopped, final = np.zeros(n_blocks), np.zeros(n_t, np.bool_), np.zeros(n_t)
+        for ch in range(n_blocks):
+            lo, hi = ch * n_t // n_blocks, (ch + 1) * n_t // n_blocks
+            out = (stopped, final)
+            sums[ch] = _null_block_nb(
+                lo, hi, counts, channel, rate, prior, constants, state, out, settings
+            )
+        return _null_step_sums_nb(sums, stopped, final, state[2])
+
+    @_par
+    def _aware_null_step_par_nb(counts, channel, rate, prior, constants, state, settings, n_blocks):
+        n_t = counts.shape[0]
+        sums, stopped, final = np.zeros(n_blocks), np.zeros(n_t, np.bool_), np.zeros(n_t)
+        for ch in numba.prange(n_blocks):
+            lo, hi = ch * n_t // n_blocks, (ch + 1) * n_t // n_blocks
+            out = (stopped, final)
+            sums[ch] = _null_block_nb(
+                lo, hi, counts, channel, rate, prior, constants, state, out, settings
+            )
+        return _null_step_sums_nb(sums, stopped, final, state[2])
 
     _NUMBA_KERNELS: dict[str, Callable[..., Any]] = {
         "label_counts": _label_counts_nb,
@@ -897,6 +956,8 @@ if numba is not None:
         "worker_sum": _worker_sum_nb,
         "grid_posterior": _grid_posterior_nb,
         "aware_null_step": _aware_null_step_nb,
+        "aware_null_step_par": _aware_null_step_par_nb,
+        "null_task_constants": _null_task_constants_nb,
         "aware_ds_workers": _aware_ds_workers_nb,
         "aware_ds_jump": _aware_ds_jump_nb,
         "aware_gaussian_step": _aware_gaussian_step_nb,
@@ -1236,15 +1297,17 @@ def aware_gaussian_step(
     prior: np.ndarray,
     tau: np.ndarray,
     share: float,
+    work: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """One of AwareGaussian's iterations: the workers' expected squared residuals under
     ``truth`` and its posterior variances ``post_var``, their posteriors over the ``tau``
     grid under the prior ``prior @ conv``, G's update, then the truths from the workers'
     weights (``fallback`` where they sum to 0, gold fixed). Updates ``truth`` in place; returns
     the truths' posterior variances, the new G, the summed log normalisers of the workers'
-    posteriors and the largest move of a truth in its posterior standard deviations."""
+    posteriors and the largest move of a truth in its posterior standard deviations. ``work``:
+    two arrays of a task's size for the compiled step to reuse."""
     gold_index, gold_value = gold
-    post_var, prior, log_norm, change = _kernel("aware_gaussian_step")(
+    args: tuple[Any, ...] = (
         t,
         w,
         *_contiguous_floats(x, counts),
@@ -1254,45 +1317,63 @@ def aware_gaussian_step(
         *_contiguous_floats(gold_value, conv, prior, tau),
         float(share),
     )
+    if get_backend() == "numba":
+        args += work
+    post_var, prior, log_norm, change = _kernel("aware_gaussian_step")(*args)
     return post_var, prior, float(log_norm), float(change)
+
+
+#: Tasks still stepping from which AwareNull's compiled step runs its blocks of tasks over the
+#: threads, once per step. A task's step costs a few microseconds, and waking the threads at
+#: every step cost more than it saved on 2 loaded cores: on 3,000 tasks, 260 ms a fit over the
+#: threads against 150 ms on one (``python benchmarks/bench_aware_loops.py time``).
+NULL_PARALLEL_TASKS = 20_000
+
+
+def null_task_constants(
+    n_q: np.ndarray, rate: np.ndarray, prior: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """What every compiled step of AwareNull reads besides the tasks' state (numba only): the
+    prior's total, per task ``psi(n_q + rate[0] + rate[1])``, and ``n_q``."""
+    if get_backend() != "numba":
+        raise ValidationError("null_task_constants is compiled only.")
+    n_q, rate, prior = _contiguous_floats(n_q, rate, prior)
+    psi_total, prior_sum = _kernel("null_task_constants")(n_q, rate, prior)
+    return float(prior_sum), psi_total, n_q
 
 
 def aware_null_step(
     counts: np.ndarray,
     channel: np.ndarray,
-    n_q: np.ndarray,
     rate: np.ndarray,
     prior: np.ndarray,
-    expected: np.ndarray,
-    truth: np.ndarray,
-    active: np.ndarray,
+    constants: tuple[float, np.ndarray, np.ndarray],
+    state: tuple[np.ndarray, np.ndarray, np.ndarray],
     low: float,
     median: bool,
     use_map: bool,
     tol: float,
-) -> tuple[np.ndarray, float]:
-    """One of AwareNull's accelerated steps on every active task, compiled (numba only; the
-    numpy path is ``AwareNull._accelerated_step``). Updates ``expected``, ``truth`` and
-    ``active`` in place; returns each task's log-likelihood after the step (0 where it did not
-    step) and their sum."""
+) -> tuple[float, float, int]:
+    """One of AwareNull's accelerated steps on every task still stepping, compiled (numba only;
+    the numpy path is ``AwareNull._accelerated_step``; ``constants`` from
+    :func:`null_task_constants`), over 16 fixed blocks of tasks, so that the sums do not depend
+    on the thread count. Updates the ``state`` (expected counts, truths, which tasks still
+    step) in place; returns the summed log-likelihood of the tasks that stepped, that of those
+    that stopped (in task order) and how many still step."""
     if get_backend() != "numba":
         raise ValidationError("aware_null_step is compiled only; use AwareNull._accelerated_step.")
-    final, total = _kernel("aware_null_step")(
+    name = "aware_null_step_par" if state[2].sum() >= NULL_PARALLEL_TASKS else "aware_null_step"
+    total, stopped, left = _kernel(name)(
         counts,
-        float(channel[0, 0]),
-        float(channel[0, 1]),
-        n_q,
+        (float(channel[0, 0]), float(channel[0, 1])),
         rate,
         prior,
-        expected,
-        truth,
-        active,
-        float(low),
-        bool(median),
-        bool(use_map),
-        float(tol),
+        constants,
+        state,
+        (float(low), bool(median), bool(use_map), float(tol)),
+        16,
     )
-    return final, float(total)
+    return float(total), float(stopped), int(left)
 
 
 # numba when installed, unless PRIVTD_BACKEND says otherwise.

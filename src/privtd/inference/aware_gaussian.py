@@ -79,8 +79,9 @@ def variance_posterior(
 def gaussian_start(part: Any, previous: Any, arg: Any) -> tuple[Any, Any]:
     """The first truths (the task medians, a warm start's where it has them, gold fixed) with
     posterior variances 0, each task's fallback where its weights sum to 0 (its plain mean; NaN
-    without answers), the gold, each answer's worker among those who answered; per worker its
-    summed squared residual from the first truths, which sets the grids' scale."""
+    without answers), the gold, each answer's worker among those who answered, room for the
+    compiled step's sums; per worker its summed squared residual from the first truths, which
+    sets the grids' scale."""
     t, w, x, n_t = part.task, part.worker, part.value, part.n_tasks
     m = part.sorted.median()
     if part.warm is not None:
@@ -93,19 +94,32 @@ def gaussian_start(part: Any, previous: Any, arg: Any) -> tuple[Any, Any]:
     active = np.bincount(w, minlength=part.n_workers) > 0
     w_fit = (np.cumsum(active) - 1)[w] if not active.all() else w
     resid = np.bincount(w, weights=(x - m[t]) ** 2, minlength=part.n_workers)
-    return (m, np.zeros(n_t), task_mean(t, x, n_t), fixed, w_fit), resid
+    work = (np.empty(n_t), np.empty(n_t))
+    return (m, np.zeros(n_t), task_mean(t, x, n_t), fixed, w_fit, work), resid
 
 
 def gaussian_step(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
     """One iteration (``_kernels.aware_gaussian_step``): the new truths and their posterior
     variances stay with the part; the new G, the workers' summed log normalisers and the
     largest move of a truth are its statistics."""
-    m, post_var, fallback, fixed, w_fit = previous[0]
+    m, post_var, fallback, fixed, w_fit, work = previous[0]
     prior, conv, tau, counts, share = params
     post_var, prior, log_norm, change = _kernels.aware_gaussian_step(
-        part.task, w_fit, part.value, counts, m, post_var, fallback, fixed, conv, prior, tau, share
+        part.task,
+        w_fit,
+        part.value,
+        counts,
+        m,
+        post_var,
+        fallback,
+        fixed,
+        conv,
+        prior,
+        tau,
+        share,
+        work,
     )
-    return (m, post_var, fallback, fixed, w_fit), (prior, log_norm, change)
+    return (m, post_var, fallback, fixed, w_fit, work), (prior, log_norm, change)
 
 
 class AwareGaussianModel(Model):

@@ -257,7 +257,8 @@ class NullProblem(NamedTuple):
 
 
 def null_start(part: Any, previous: Any, state: Any) -> tuple[Any, Any]:
-    """The tasks' start: expected counts of true symbols, truths, which tasks still step."""
+    """The tasks' start: expected counts of true symbols, truths, which tasks still step (and,
+    compiled, the constants of the tasks' E steps, once computed)."""
     return state, None
 
 
@@ -266,24 +267,22 @@ def null_step(part: Any, previous: Any, p: NullProblem) -> tuple[Any, Any]:
     compiled, ``_kernels.aware_null_step``); a task stops once its truth moves by less than
     ``tol``. Statistics: the summed log-likelihood of the tasks that stepped, that of those
     that stopped now, and how many still step."""
-    expected, truth, active = previous[0]
+    expected, truth, active, constants = previous[0]
     if _kernels.get_backend() == "numba":
-        stepping = active.copy()
-        final, loglik_sum = _kernels.aware_null_step(
+        if constants is None:
+            constants = _kernels.null_task_constants(p.n_q, p.rate, p.scores_prior)
+        loglik_sum, stopped_sum, left = _kernels.aware_null_step(
             p.counts,
             p.channel,
-            p.n_q,
             p.rate,
             p.scores_prior,
-            expected,
-            truth,
-            active,
+            constants,
+            (expected, truth, active),
             p.low,
             p.median,
             p.estimate == "map",
             p.tol,
         )
-        stopped = final[stepping & ~active]
     else:
         rows = np.flatnonzero(active)
         expected[rows], loglik = AwareNull._accelerated_step(
@@ -300,10 +299,11 @@ def null_step(part: Any, previous: Any, p: NullProblem) -> tuple[Any, Any]:
         still = np.abs(new - truth[rows]) >= p.tol
         active[rows] = still
         truth[rows] = new
+        # Added in task order, one after another (as the objective has always been summed).
         stopped = loglik[~still]
-    # Added in task order, one after another (as the objective has always been summed).
-    stopped_sum = float(np.cumsum(stopped)[-1]) if stopped.size else 0.0
-    return (expected, truth, active), (loglik_sum, stopped_sum, int(active.sum()))
+        stopped_sum = float(np.cumsum(stopped)[-1]) if stopped.size else 0.0
+        left = int(active.sum())
+    return (expected, truth, active, constants), (loglik_sum, stopped_sum, left)
 
 
 class AwareNullModel(Model):
@@ -315,7 +315,7 @@ class AwareNullModel(Model):
     start = staticmethod(null_start)
     step = staticmethod(null_step)
 
-    def __init__(self, problem: NullProblem, state: tuple[np.ndarray, ...]) -> None:
+    def __init__(self, problem: NullProblem, state: tuple[Any, ...]) -> None:
         super().__init__(problem.tol)
         self.problem, self.start_arg = problem, state
         self.cells = max(float(problem.n_q.sum()), 1.0)
@@ -470,10 +470,10 @@ class AwareNull(Estimator):
             self.estimate,
             self.tol,
         )
-        model = AwareNullModel(problem, (expected, truth, active))
+        model = AwareNullModel(problem, (expected, truth, active, None))
         executor = InMemory(MemoryPart(answers, gold, None))
         fit = run_em(model, executor, int(self.max_iter), self._tick)
-        expected, truth, _ = executor.state
+        expected, truth = executor.state[:2]
         answered = expected[:, :g].sum(axis=1)
         self.answer_rate_ = pd.Series(
             (answered + rate[0]) / (n_q + rate.sum()), index=answers.tasks, name="answer_rate"
