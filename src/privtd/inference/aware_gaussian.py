@@ -76,12 +76,12 @@ def variance_posterior(
     return _kernels.grid_posterior(np.column_stack([counts, sq]), basis, log_prior, targets)
 
 
-def gaussian_start(part: Any, previous: Any, arg: Any) -> tuple[Any, Any]:
+def gaussian_start(part: Any, previous: Any, active: np.ndarray) -> tuple[Any, Any]:
     """The first truths (the task medians, a warm start's where it has them, gold fixed) with
     posterior variances 0, each task's fallback where its weights sum to 0 (its plain mean; NaN
-    without answers), the gold, each answer's worker among those who answered, room for the
-    compiled step's sums; per worker its summed squared residual from the first truths, which
-    sets the grids' scale."""
+    without answers), the gold, each answer's worker among the ``active`` ones (those who
+    answered), room for the compiled step's sums; per worker its summed squared residual from
+    the first truths, which sets the grids' scale."""
     t, w, x, n_t = part.task, part.worker, part.value, part.n_tasks
     m = part.sorted.median()
     if part.warm is not None:
@@ -89,9 +89,6 @@ def gaussian_start(part: Any, previous: Any, arg: Any) -> tuple[Any, Any]:
     part.fix_values(m)
     gold = part.gold
     fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
-    # The law G is learned from the workers who answered: a listed worker without answers
-    # would pull each update towards the current G (its posterior is the prior).
-    active = np.bincount(w, minlength=part.n_workers) > 0
     w_fit = (np.cumsum(active) - 1)[w] if not active.all() else w
     resid = np.bincount(w, weights=(x - m[t]) ** 2, minlength=part.n_workers)
     work = (np.empty(n_t), np.empty(n_t))
@@ -136,6 +133,9 @@ class AwareGaussianModel(Model):
         super().__init__(est.tol)
         self.est, self.n_answers = est, shape.n_answers
         self.counts = shape.counts.astype(np.float64)
+        # The law G is learned from the workers who answered: a listed worker without answers
+        # would pull each update towards the current G (its posterior is the prior).
+        self.start_arg = self.counts > 0
 
     def init(self, stats: Any) -> np.ndarray:
         est, counts = self.est, self.counts
@@ -154,7 +154,7 @@ class AwareGaussianModel(Model):
             noise_low, noise_top = 1e-4 / law[1], 10.0 / law[1]
         self.tau = np.geomspace(max(spread * 1e-6, noise_low), top + noise_top, est.grid)
         self.conv = convolution_matrix(self.sigma2, self.tau, law)
-        self.active_counts = counts[counts > 0]
+        self.active_counts = counts[self.start_arg]
         g0 = np.full(self.sigma2.size, 1.0 / self.sigma2.size)
         return g0.copy() if est._warm is None else est._resume_prior(self.sigma2, g0)
 
