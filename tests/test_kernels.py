@@ -12,6 +12,7 @@ import pytest
 from scipy.special import digamma
 
 from privtd import ValidationError, datasets
+from privtd.errors import ConvergenceWarning
 from privtd.experiments import bigdata18
 from privtd.inference import (
     MACE,
@@ -112,6 +113,58 @@ def test_backends_agree_on_aware_gaussian(told, backend):
     np.testing.assert_allclose(a.variance_prior_, b.variance_prior_, atol=1e-12)
     np.testing.assert_allclose(a.weights_.to_numpy(), b.weights_.to_numpy(), rtol=1e-9)
     assert (b.truths_.loc[gold.index] == gold).all()
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_aware_gaussian_and_null_tick_once_per_iteration(name, backend):
+    # One loop drives both backends' steps: progress hears of every iteration, in order.
+    backend(name)
+    answers, _, _ = datasets.make_numeric(60, 80, error_rate=1.0, rng=15)
+    released, _ = bigdata18.synthetic(300, 40, 0.5, np.random.default_rng(3))
+    mech = KRRNull.from_epsilon(1.0, 0, 9)
+    for est, data in ((AwareGaussian(), answers), (AwareNull(mech), mech.perturb(released, rng=4))):
+        ticks: list[tuple[int, int]] = []
+        est.progress = lambda n, total, ticks=ticks: ticks.append((n, total))
+        est.fit(data)
+        assert est.converged_ and est.n_iter_ > 3
+        assert ticks == [(n, est.max_iter) for n in range(1, est.n_iter_ + 1)]
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_aware_null_objective_counts_every_task_once(name, backend):
+    # After the first step every task has stepped once from the pooled start: the objective is
+    # their summed log-likelihood per report cell. Later, the tasks that stopped count with
+    # their last value, so the objective never drops to the share still stepping.
+    backend(name)
+    mech = KRRNull.from_epsilon(1.0, 0, 9)
+    answers, _ = bigdata18.synthetic(300, 40, 0.5, np.random.default_rng(3))
+    released = mech.perturb(answers, rng=4)
+    with pytest.warns(ConvergenceWarning):
+        first = AwareNull(mech, max_iter=1).fit(released)
+    counts, channel, _, n_q, rate, prior, _ = first._posterior
+    start = np.outer(n_q, np.maximum(first.pooled_, 1e-12))
+    _, loglik = AwareNull._accelerated_step(counts, channel, start, n_q, rate, prior, "map")
+    np.testing.assert_allclose(first.objective_, [loglik.sum() / n_q.sum()], rtol=1e-9)
+    full = AwareNull(mech).fit(released)
+    np.testing.assert_allclose(full.objective_[0], first.objective_[0], rtol=1e-12)
+    assert np.all(np.abs(np.diff(full.objective_)) < 0.1 * abs(full.objective_[0]))
+
+
+def test_aware_null_step_is_the_same_over_the_threads(backend, monkeypatch):
+    # The compiled step over the threads and on one: the same 16 blocks, the same bits.
+    backend("numba")
+    mech = KRRNull.from_epsilon(0.5, 0, 9)
+    answers, _ = bigdata18.synthetic(60, 400, 0.5, np.random.default_rng(6))
+    released = mech.perturb(answers, rng=7)
+    fits = []
+    for tasks in (10**9, 0):
+        monkeypatch.setattr(_kernels, "NULL_PARALLEL_TASKS", tasks)
+        fits.append(AwareNull(mech, estimate="variational").fit(released))
+    one, threads = fits
+    assert one.n_iter_ == threads.n_iter_ > 3
+    assert np.array_equal(one.objective_, threads.objective_)
+    assert np.array_equal(one.truths_.to_numpy(), threads.truths_.to_numpy())
+    assert np.array_equal(one.answer_rate_.to_numpy(), threads.answer_rate_.to_numpy())
 
 
 @pytest.mark.parametrize("learned", [True, False])

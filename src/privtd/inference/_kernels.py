@@ -213,6 +213,47 @@ def _grid_posterior_np(
     return post @ targets, post.mean(axis=0), (top + np.log(total))[:, 0]
 
 
+def _aware_gaussian_step_np(
+    t: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    counts: np.ndarray,
+    truth: np.ndarray,
+    post_var: np.ndarray,
+    fallback: np.ndarray,
+    gold_index: np.ndarray,
+    gold_value: np.ndarray,
+    conv: np.ndarray,
+    prior: np.ndarray,
+    tau: np.ndarray,
+    share: float,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    n_t, n_w = truth.size, counts.size
+    # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
+    sq = _worker_loss_np(t, w, x, truth, np.ones(n_t), True, n_w)
+    sq += _worker_sum_np(w, t, post_var, n_w)
+    pi = prior @ conv
+    basis = np.column_stack([-0.5 * np.log(tau), -0.5 / tau])
+    log_prior = np.log(np.maximum(pi, 1e-300))
+    coef = np.column_stack([counts, sq])
+    expect, mean_post, log_norm = _grid_posterior_np(coef, basis, log_prior, (1.0 / tau)[:, None])
+    # G's update: each point's share of the workers' mean posterior, mixed with the uniform
+    # start.
+    ratio = mean_post / np.maximum(pi, 1e-300)
+    uniform = np.full(prior.size, 1.0 / prior.size)
+    prior = (1.0 - share) * prior * (conv @ ratio) + share * uniform
+    prior /= prior.sum()
+    total, precision = _weighted_task_sums_np(t, w, x, np.ascontiguousarray(expect[:, 0]), n_t)
+    new = np.divide(total, precision, out=fallback.copy(), where=precision > 0)
+    post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
+    new[gold_index] = gold_value
+    # In units of each truth's posterior standard deviation, 1 / sqrt(P). (NaN, a task without
+    # answers, counts as no change.)
+    change = float(np.fmax.reduce(np.abs(new - truth) * np.sqrt(precision), initial=0.0))
+    truth[:] = new
+    return post_var, prior, float(log_norm.sum()), change
+
+
 # ---------------------------------------------------------------------- numba versions
 #: psi(x) ~ log x - 1 / (2x) - sum_n B_2n / (2n x^2n), the coefficients -B_2n / 2n from n = 7
 #: down to 1 (Horner's order).
@@ -319,12 +360,13 @@ if numba is not None:
         return expect, mean_post / max(n_w, 1), log_norm
 
     @_jit
-    def _aware_gaussian_nb(
+    def _aware_gaussian_step_nb(
         t,
         w,
         x,
         counts,
         m,
+        post_var,
         fallback,
         gold_index,
         gold_value,
@@ -332,8 +374,8 @@ if numba is not None:
         g,
         tau,
         share,
-        max_iter,
-        tol,
+        num,
+        den,
     ):
         n_t, n_w, n_c, n_k = m.shape[0], counts.shape[0], tau.shape[0], g.shape[0]
         basis = np.empty((n_c, 2))
@@ -342,66 +384,56 @@ if numba is not None:
             basis[c, 0] = -0.5 * np.log(tau[c])
             basis[c, 1] = -0.5 / tau[c]
             targets[c, 0] = 1.0 / tau[c]
-        sq = np.empty(n_w)
         weight = np.empty((n_w, 1))
-        row, pi, log_prior = np.empty(n_c), np.empty(n_c), np.empty(n_c)
-        mean_post, ratio = np.empty(n_c), np.empty(n_c)
-        post_var = np.zeros(n_t)
-        num, den = np.empty(n_t), np.empty(n_t)
-        objective = np.zeros(max_iter)
-        converged = False
-        n_iter = 0
-        for n_iter in range(1, max_iter + 1):
-            # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
-            sq[:] = 0.0
-            for i in range(t.shape[0]):
-                r = x[i] - m[t[i]]
-                sq[w[i]] += r * r + post_var[t[i]]
-            pi[:] = 0.0
-            for k in range(n_k):
-                for c in range(n_c):
-                    pi[c] += g[k] * conv[k, c]
+        row, pi, log_prior = np.empty(n_c), np.zeros(n_c), np.empty(n_c)
+        mean_post, ratio = np.zeros(n_c), np.empty(n_c)
+        # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
+        sq = np.zeros(n_w)
+        for i in range(t.shape[0]):
+            r = x[i] - m[t[i]]
+            sq[w[i]] += r * r + post_var[t[i]]
+        for k in range(n_k):
             for c in range(n_c):
-                log_prior[c] = np.log(max(pi[c], 1e-300))
-            mean_post[:] = 0.0
-            total = 0.0
-            for u in range(n_w):
-                total += _grid_row_nb(
-                    counts[u], sq[u], basis, log_prior, targets, row, weight[u], mean_post
-                )
-            objective[n_iter - 1] = total / t.shape[0]
-            # G's update: each point's share of the workers' mean posterior, mixed with the
-            # uniform start.
+                pi[c] += g[k] * conv[k, c]
+        for c in range(n_c):
+            log_prior[c] = np.log(max(pi[c], 1e-300))
+        total = 0.0
+        for u in range(n_w):
+            total += _grid_row_nb(
+                counts[u], sq[u], basis, log_prior, targets, row, weight[u], mean_post
+            )
+        # G's update: each point's share of the workers' mean posterior, mixed with the
+        # uniform start.
+        for c in range(n_c):
+            ratio[c] = mean_post[c] / n_w / max(pi[c], 1e-300)
+        new_g = np.empty(n_k)
+        g_sum = 0.0
+        for k in range(n_k):
+            back = 0.0
             for c in range(n_c):
-                ratio[c] = mean_post[c] / n_w / max(pi[c], 1e-300)
-            g_sum = 0.0
-            for k in range(n_k):
-                back = 0.0
-                for c in range(n_c):
-                    back += conv[k, c] * ratio[c]
-                g[k] = (1.0 - share) * g[k] * back + share / n_k
-                g_sum += g[k]
-            g /= g_sum
-            num[:] = 0.0
-            den[:] = 0.0
-            for i in range(t.shape[0]):
-                v = weight[w[i], 0]
-                num[t[i]] += v * x[i]
-                den[t[i]] += v
-            for q in range(n_t):
-                post_var[q] = 1.0 / den[q] if den[q] > 0.0 else np.inf
-                num[q] = num[q] / den[q] if den[q] > 0.0 else fallback[q]
-            for j in range(gold_index.shape[0]):
-                num[gold_index[j]] = gold_value[j]
-            change = 0.0  # in units of each truth's posterior standard deviation, 1 / sqrt(P)
-            for q in range(n_t):
-                if den[q] > 0.0:
-                    change = max(change, abs(num[q] - m[q]) * np.sqrt(den[q]))
-                m[q] = num[q]
-            if change < tol:
-                converged = True
-                break
-        return post_var, objective[:n_iter], n_iter, converged
+                back += conv[k, c] * ratio[c]
+            new_g[k] = (1.0 - share) * g[k] * back + share / n_k
+            g_sum += new_g[k]
+        new_g /= g_sum
+        # num and den: the caller's, reused by every iteration (fresh arrays of a task's size
+        # cost page faults more than the pass).
+        num[:] = 0.0
+        den[:] = 0.0
+        for i in range(t.shape[0]):
+            v = weight[w[i], 0]
+            num[t[i]] += v * x[i]
+            den[t[i]] += v
+        for q in range(n_t):
+            post_var[q] = 1.0 / den[q] if den[q] > 0.0 else np.inf
+            num[q] = num[q] / den[q] if den[q] > 0.0 else fallback[q]
+        for j in range(gold_index.shape[0]):
+            num[gold_index[j]] = gold_value[j]
+        change = 0.0  # in units of each truth's posterior standard deviation, 1 / sqrt(P)
+        for q in range(n_t):
+            if den[q] > 0.0:
+                change = max(change, abs(num[q] - m[q]) * np.sqrt(den[q]))
+            m[q] = num[q]
+        return post_var, new_g, total, change
 
     @_jit
     def _finish_row_nb(row, k, gold_label):
@@ -726,8 +758,8 @@ if numba is not None:
             _jump_rows_nb(p0, p1, p2, step, prior)
         return pi, q, prior, log_conf, bound.sum()
 
-    # AwareNull's per-task variational Bayes (numpy reference: AwareNull._solve_numpy). Each
-    # task iterates in registers until its own truth settles, so converged tasks cost nothing.
+    # AwareNull's per-task variational Bayes (numpy reference: AwareNull._accelerated_step).
+    # A step skips the tasks whose truths have settled, so converged tasks cost nothing.
     # Transcendentals are the cost here (a fit is a few thousand tasks x tens of E steps), so
     # each digamma comes as parts with psi(x) = log(y) + c, and exp(psi(x) + t) = y exp(c + t)
     # needs no logarithm.
@@ -813,71 +845,101 @@ if numba is not None:
         return low  # unreachable: the last score always returns
 
     @_par
-    def _aware_null_tasks_nb(
-        counts,
-        keep,
-        other,
-        n_q,
-        rate,
-        prior,
-        expected,
-        truth,
-        active,
-        low,
-        median,
-        use_map,
-        tol,
-        max_iter,
-        n_chunks,
-    ):
-        n_t, k = counts.shape
-        prior_sum = prior.sum()
-        steps = np.zeros(n_t, np.int64)
-        final = np.zeros(n_t)
-        trace = np.zeros((n_chunks, max_iter))
-        for ch in numba.prange(n_chunks):
-            e1, e2, jump, w = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
-            log0, r, v = np.empty(k), np.empty(k), np.empty(k)
-            for q in range(ch * n_t // n_chunks, (ch + 1) * n_t // n_chunks):
-                if not active[q]:
-                    continue
-                e0, c = expected[q], counts[q]
-                r0, r1 = rate[0], rate[1]
-                n_total = n_q[q] + r0 + r1
-                psi_y, psi_c = _psi_parts_nb(n_total)
-                psi_total = np.log(psi_y) + psi_c
-                task = (keep, other, r0, r1, prior, prior_sum, psi_total, n_total, use_map)
-                for step in range(max_iter):
-                    # SQUAREM in log space, as AwareNull._accelerated_step.
-                    _null_e_step_nb(c, *task, e0, e1, w, False)
-                    _null_e_step_nb(c, *task, e1, e2, w, False)
-                    r_norm, v_norm = 0.0, 0.0
-                    for z in range(k):
-                        log0[z] = np.log(max(e0[z], 1e-300))
-                        log1 = np.log(max(e1[z], 1e-300))
-                        r[z] = log1 - log0[z]
-                        v[z] = np.log(max(e2[z], 1e-300)) - log1 - r[z]
-                        r_norm += r[z] * r[z]
-                        v_norm += v[z] * v[z]
-                    r_norm, v_norm = np.sqrt(r_norm), np.sqrt(v_norm)
-                    alpha = min(-r_norm / (v_norm if v_norm > 0.0 else 1.0), -1.0)
-                    finite = True
-                    for z in range(k):
-                        jump[z] = np.exp(log0[z] - 2.0 * alpha * r[z] + alpha * alpha * v[z])
-                        finite = finite and np.isfinite(jump[z])
-                    if not finite:  # a huge step length overflowed: keep the second E step
-                        jump[:] = e2
-                    loglik = _null_e_step_nb(c, *task, jump, e0, w, True)
-                    trace[ch, step] += loglik
-                    new = _null_truth_nb(e0, prior, low, median)
-                    steps[q] = step + 1
-                    final[q] = loglik
-                    settled = abs(new - truth[q]) < tol
-                    truth[q] = new
-                    if settled:
-                        active[q] = False
-                        break
-        return steps, final, trace.sum(axis=0)
+    def _null_task_constants_nb(n_q, rate, prior):
+        # Per task psi(n_q + r0 + r1), which every E step of its variational fit reads, and the
+        # prior's total, summed as numba sums an array in a parallel kernel (by thread).
+        out = np.empty(n_q.shape[0])
+        for q in range(n_q.shape[0]):
+            psi_y, psi_c = _psi_parts_nb(n_q[q] + rate[0] + rate[1])
+            out[q] = np.log(psi_y) + psi_c
+        return out, prior.sum()
+
+    @_jit
+    def _null_block_nb(lo, hi, counts, channel, rate, prior, constants, state, out, settings):
+        # One accelerated step (SQUAREM in log space, as AwareNull._accelerated_step) of each
+        # active task of lo:hi; returns their summed log-likelihood.
+        keep, other = channel
+        prior_sum, psi_total, n_q = constants
+        expected, truth, active = state
+        stopped, final = out
+        low, median, use_map, tol = settings
+        k = counts.shape[1]
+        e1, e2, jump, w = np.empty(k), np.empty(k), np.empty(k), np.empty(k)
+        log0, r, v = np.empty(k), np.empty(k), np.empty(k)
+        r0, r1 = rate[0], rate[1]
+        total = 0.0
+        for q in range(lo, hi):
+            if not active[q]:
+                continue
+            e0, c = expected[q], counts[q]
+            n_total = n_q[q] + r0 + r1
+            task = (keep, other, r0, r1, prior, prior_sum, psi_total[q], n_total, use_map)
+            _null_e_step_nb(c, *task, e0, e1, w, False)
+            _null_e_step_nb(c, *task, e1, e2, w, False)
+            r_norm, v_norm = 0.0, 0.0
+            for z in range(k):
+                log0[z] = np.log(max(e0[z], 1e-300))
+                log1 = np.log(max(e1[z], 1e-300))
+                r[z] = log1 - log0[z]
+                v[z] = np.log(max(e2[z], 1e-300)) - log1 - r[z]
+                r_norm += r[z] * r[z]
+                v_norm += v[z] * v[z]
+            r_norm, v_norm = np.sqrt(r_norm), np.sqrt(v_norm)
+            alpha = min(-r_norm / (v_norm if v_norm > 0.0 else 1.0), -1.0)
+            finite = True
+            for z in range(k):
+                jump[z] = np.exp(log0[z] - 2.0 * alpha * r[z] + alpha * alpha * v[z])
+                finite = finite and np.isfinite(jump[z])
+            if not finite:  # a huge step length overflowed: keep the second E step
+                jump[:] = e2
+            loglik = _null_e_step_nb(c, *task, jump, e0, w, True)
+            total += loglik
+            final[q] = loglik
+            new = _null_truth_nb(e0, prior, low, median)
+            settled = abs(new - truth[q]) < tol
+            truth[q] = new
+            if settled:
+                active[q] = False
+                stopped[q] = True
+        return total
+
+    @_jit
+    def _null_step_sums_nb(sums, stopped, final, active):
+        # The blocks' log-likelihoods in block order; the last log-likelihoods of the tasks
+        # that stopped, in task order; how many tasks still step.
+        total, stopped_sum, left = 0.0, 0.0, 0
+        for ch in range(sums.shape[0]):
+            total += sums[ch]
+        for q in range(final.shape[0]):
+            if stopped[q]:
+                stopped_sum += final[q]
+            if active[q]:
+                left += 1
+        return total, stopped_sum, left
+
+    @_jit
+    def _aware_null_step_nb(counts, channel, rate, prior, constants, state, settings, n_blocks):
+        n_t = counts.shape[0]
+        sums, stopped, final = np.zeros(n_blocks), np.zeros(n_t, np.bool_), np.zeros(n_t)
+        for ch in range(n_blocks):
+            lo, hi = ch * n_t // n_blocks, (ch + 1) * n_t // n_blocks
+            out = (stopped, final)
+            sums[ch] = _null_block_nb(
+                lo, hi, counts, channel, rate, prior, constants, state, out, settings
+            )
+        return _null_step_sums_nb(sums, stopped, final, state[2])
+
+    @_par
+    def _aware_null_step_par_nb(counts, channel, rate, prior, constants, state, settings, n_blocks):
+        n_t = counts.shape[0]
+        sums, stopped, final = np.zeros(n_blocks), np.zeros(n_t, np.bool_), np.zeros(n_t)
+        for ch in numba.prange(n_blocks):
+            lo, hi = ch * n_t // n_blocks, (ch + 1) * n_t // n_blocks
+            out = (stopped, final)
+            sums[ch] = _null_block_nb(
+                lo, hi, counts, channel, rate, prior, constants, state, out, settings
+            )
+        return _null_step_sums_nb(sums, stopped, final, state[2])
 
     _NUMBA_KERNELS: dict[str, Callable[..., Any]] = {
         "label_counts": _label_counts_nb,
@@ -893,10 +955,12 @@ if numba is not None:
         "pick_sum": _pick_sum_nb,
         "worker_sum": _worker_sum_nb,
         "grid_posterior": _grid_posterior_nb,
-        "aware_null_tasks": _aware_null_tasks_nb,
+        "aware_null_step": _aware_null_step_nb,
+        "aware_null_step_par": _aware_null_step_par_nb,
+        "null_task_constants": _null_task_constants_nb,
         "aware_ds_workers": _aware_ds_workers_nb,
         "aware_ds_jump": _aware_ds_jump_nb,
-        "aware_gaussian": _aware_gaussian_nb,
+        "aware_gaussian_step": _aware_gaussian_step_nb,
     }
 
 _NUMPY: dict[str, Callable[..., Any]] = {
@@ -913,6 +977,7 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "pick_sum": _pick_sum_np,
     "worker_sum": _worker_sum_np,
     "grid_posterior": _grid_posterior_np,
+    "aware_gaussian_step": _aware_gaussian_step_np,
 }
 _backend = "numpy"
 #: True once set_backend or PRIVTD_BACKEND chose the backend: then every fit uses it.
@@ -1219,85 +1284,96 @@ def aware_ds_jump(
     return pi, q, prior, log_conf, float(bound)
 
 
-def aware_gaussian(
+def aware_gaussian_step(
     t: np.ndarray,
     w: np.ndarray,
     x: np.ndarray,
     counts: np.ndarray,
     truth: np.ndarray,
+    post_var: np.ndarray,
     fallback: np.ndarray,
     gold: tuple[np.ndarray, np.ndarray],
     conv: np.ndarray,
     prior: np.ndarray,
     tau: np.ndarray,
     share: float,
-    max_iter: int,
-    tol: float,
-) -> tuple[np.ndarray, np.ndarray, int, bool]:
-    """AwareGaussian's iterations, compiled (numba only; the numpy path is
-    ``AwareGaussian._iterate_numpy``). Updates ``truth`` and ``prior`` (G) in place; returns
-    each truth's posterior variance, the objective per iteration, the iterations and whether
-    they converged."""
-    if get_backend() != "numba":
-        raise ValidationError("aware_gaussian is compiled only; use AwareGaussian._iterate_numpy.")
+    work: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """One of AwareGaussian's iterations: the workers' expected squared residuals under
+    ``truth`` and its posterior variances ``post_var``, their posteriors over the ``tau``
+    grid under the prior ``prior @ conv``, G's update, then the truths from the workers'
+    weights (``fallback`` where they sum to 0, gold fixed). Updates ``truth`` in place; returns
+    the truths' posterior variances, the new G, the summed log normalisers of the workers'
+    posteriors and the largest move of a truth in its posterior standard deviations. ``work``:
+    two arrays of a task's size for the compiled step to reuse."""
     gold_index, gold_value = gold
-    post_var, objective, n_iter, converged = _kernel("aware_gaussian")(
+    args: tuple[Any, ...] = (
         t,
         w,
         *_contiguous_floats(x, counts),
         truth,
-        *_contiguous_floats(fallback),
+        *_contiguous_floats(post_var, fallback),
         np.ascontiguousarray(gold_index, dtype=np.int64),
-        *_contiguous_floats(gold_value, conv),
-        prior,
-        *_contiguous_floats(tau),
+        *_contiguous_floats(gold_value, conv, prior, tau),
         float(share),
-        int(max_iter),
-        float(tol),
     )
-    return post_var, objective, int(n_iter), bool(converged)
+    if get_backend() == "numba":
+        args += work
+    post_var, prior, log_norm, change = _kernel("aware_gaussian_step")(*args)
+    return post_var, prior, float(log_norm), float(change)
 
 
-def aware_null_tasks(
+#: Tasks still stepping from which AwareNull's compiled step runs its blocks of tasks over the
+#: threads, once per step. A task's step costs a few microseconds, and waking the threads at
+#: every step cost more than it saved on 2 loaded cores: on 3,000 tasks, 260 ms a fit over the
+#: threads against 150 ms on one (``python benchmarks/bench_aware_loops.py time``).
+NULL_PARALLEL_TASKS = 20_000
+
+
+def null_task_constants(
+    n_q: np.ndarray, rate: np.ndarray, prior: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """What every compiled step of AwareNull reads besides the tasks' state (numba only): the
+    prior's total, per task ``psi(n_q + rate[0] + rate[1])``, and ``n_q``."""
+    if get_backend() != "numba":
+        raise ValidationError("null_task_constants is compiled only.")
+    n_q, rate, prior = _contiguous_floats(n_q, rate, prior)
+    psi_total, prior_sum = _kernel("null_task_constants")(n_q, rate, prior)
+    return float(prior_sum), psi_total, n_q
+
+
+def aware_null_step(
     counts: np.ndarray,
     channel: np.ndarray,
-    n_q: np.ndarray,
     rate: np.ndarray,
     prior: np.ndarray,
-    expected: np.ndarray,
-    truth: np.ndarray,
-    active: np.ndarray,
+    constants: tuple[float, np.ndarray, np.ndarray],
+    state: tuple[np.ndarray, np.ndarray, np.ndarray],
     low: float,
     median: bool,
     use_map: bool,
     tol: float,
-    max_iter: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """AwareNull's fit of every active task, compiled (numba only; the numpy path is
-    ``AwareNull._solve_numpy``). Updates ``expected``, ``truth`` and ``active`` in place and
-    returns per task the steps taken and the last log-likelihood, and per step the summed
-    log-likelihood of the tasks still stepping."""
+) -> tuple[float, float, int]:
+    """One of AwareNull's accelerated steps on every task still stepping, compiled (numba only;
+    the numpy path is ``AwareNull._accelerated_step``; ``constants`` from
+    :func:`null_task_constants`), over 16 fixed blocks of tasks, so that the sums do not depend
+    on the thread count. Updates the ``state`` (expected counts, truths, which tasks still
+    step) in place; returns the summed log-likelihood of the tasks that stepped, that of those
+    that stopped (in task order) and how many still step."""
     if get_backend() != "numba":
-        raise ValidationError("aware_null_tasks is compiled only; use AwareNull._solve_numpy.")
-    # 16 fixed blocks: enough to balance tasks that take 1 and 40 steps over the threads, and
-    # the per-step sums do not depend on the thread count.
-    return _kernel("aware_null_tasks")(
+        raise ValidationError("aware_null_step is compiled only; use AwareNull._accelerated_step.")
+    name = "aware_null_step_par" if state[2].sum() >= NULL_PARALLEL_TASKS else "aware_null_step"
+    total, stopped, left = _kernel(name)(
         counts,
-        float(channel[0, 0]),
-        float(channel[0, 1]),
-        n_q,
+        (float(channel[0, 0]), float(channel[0, 1])),
         rate,
         prior,
-        expected,
-        truth,
-        active,
-        float(low),
-        bool(median),
-        bool(use_map),
-        float(tol),
-        int(max_iter),
+        constants,
+        state,
+        (float(low), bool(median), bool(use_map), float(tol)),
         16,
     )
+    return float(total), float(stopped), int(left)
 
 
 # numba when installed, unless PRIVTD_BACKEND says otherwise.

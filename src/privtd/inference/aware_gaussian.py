@@ -31,7 +31,8 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
-from ._ops import SortedByTask, task_mean
+from ._em import InMemory, MemoryPart, Model, Shape, run_em
+from ._ops import task_mean
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
@@ -73,6 +74,101 @@ def variance_posterior(
     basis = np.column_stack([-0.5 * np.log(tau), -0.5 / tau])
     log_prior = np.log(np.maximum(pi, 1e-300))
     return _kernels.grid_posterior(np.column_stack([counts, sq]), basis, log_prior, targets)
+
+
+def gaussian_start(part: Any, previous: Any, active: np.ndarray) -> tuple[Any, Any]:
+    """The first truths (the task medians, a warm start's where it has them, gold fixed) with
+    posterior variances 0, each task's fallback where its weights sum to 0 (its plain mean; NaN
+    without answers), the gold, each answer's worker among the ``active`` ones (those who
+    answered), room for the compiled step's sums; per worker its summed squared residual from
+    the first truths, which sets the grids' scale."""
+    t, w, x, n_t = part.task, part.worker, part.value, part.n_tasks
+    m = part.sorted.median()
+    if part.warm is not None:
+        part.warm.apply(m)
+    part.fix_values(m)
+    gold = part.gold
+    fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
+    w_fit = (np.cumsum(active) - 1)[w] if not active.all() else w
+    resid = np.bincount(w, weights=(x - m[t]) ** 2, minlength=part.n_workers)
+    work = (np.empty(n_t), np.empty(n_t))
+    return (m, np.zeros(n_t), task_mean(t, x, n_t), fixed, w_fit, work), resid
+
+
+def gaussian_step(part: Any, previous: Any, params: tuple[Any, ...]) -> tuple[Any, Any]:
+    """One iteration (``_kernels.aware_gaussian_step``): the new truths and their posterior
+    variances stay with the part; the new G, the workers' summed log normalisers and the
+    largest move of a truth are its statistics."""
+    m, post_var, fallback, fixed, w_fit, work = previous[0]
+    prior, conv, tau, counts, share = params
+    post_var, prior, log_norm, change = _kernels.aware_gaussian_step(
+        part.task,
+        w_fit,
+        part.value,
+        counts,
+        m,
+        post_var,
+        fallback,
+        fixed,
+        conv,
+        prior,
+        tau,
+        share,
+        work,
+    )
+    return (m, post_var, fallback, fixed, w_fit, work), (prior, log_norm, change)
+
+
+class AwareGaussianModel(Model):
+    """AwareGaussian's iterations on one part: the workers' posteriors need every answer's
+    residual before any truth moves, so a step is a whole iteration (see the module doc) and
+    the fit runs in memory. Parameters: G; the objective is the workers' mean log marginal
+    likelihood per answer; stops when no truth moves by ``tol`` of its posterior standard
+    deviation."""
+
+    start = staticmethod(gaussian_start)
+    step = staticmethod(gaussian_step)
+
+    def __init__(self, est: AwareGaussian, shape: Shape) -> None:
+        super().__init__(est.tol)
+        self.est, self.n_answers = est, shape.n_answers
+        self.counts = shape.counts.astype(np.float64)
+        # The law G is learned from the workers who answered: a listed worker without answers
+        # would pull each update towards the current G (its posterior is the prior).
+        self.start_arg = self.counts > 0
+
+    def init(self, stats: Any) -> np.ndarray:
+        est, counts = self.est, self.counts
+        law = noise_law(est.mechanism)
+        # The grids span the answers' own scale: from far below the median worker's squared
+        # residual to far above the largest, plus an exact zero for noiseless own answers.
+        resid = stats / np.maximum(counts, 1)
+        spread = float(np.median(resid[resid > 0])) if (resid > 0).any() else 1.0
+        top = max(float(resid.max()), spread) * 100.0
+        self.sigma2 = np.concatenate([[0.0], np.geomspace(spread * 1e-6, top, est.grid - 1)])
+        # Under the exponential law a total variance below its 1e-4 quantile has prior mass
+        # 1e-4 at most: the open first cell holds it, and the grid's points go where mass is.
+        if law[0] == "point":
+            noise_low = noise_top = law[1]
+        else:
+            noise_low, noise_top = 1e-4 / law[1], 10.0 / law[1]
+        self.tau = np.geomspace(max(spread * 1e-6, noise_low), top + noise_top, est.grid)
+        self.conv = convolution_matrix(self.sigma2, self.tau, law)
+        self.active_counts = counts[self.start_arg]
+        g0 = np.full(self.sigma2.size, 1.0 / self.sigma2.size)
+        return g0.copy() if est._warm is None else est._resume_prior(self.sigma2, g0)
+
+    def step_params(self, prior: np.ndarray) -> tuple[Any, ...]:
+        return prior, self.conv, self.tau, self.active_counts, self.est.prior_weight
+
+    def m_step(self, stats: Any) -> np.ndarray:
+        return stats[0]
+
+    def objective(self, stats: Any) -> float:
+        return stats[1] / self.n_answers
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return bool(stats[2] < self.tol)
 
 
 class AwareGaussian(Estimator):
@@ -129,47 +225,13 @@ class AwareGaussian(Estimator):
         _check_int(name, "grid", self.grid, low=8)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
+        executor = InMemory(MemoryPart(answers, gold, self._warm))
+        model = AwareGaussianModel(self, Shape.of(answers))
+        fit = run_em(model, executor, int(self.max_iter), self._tick)
         t, w, x = answers.task, answers.worker, answers.value
         n_t, n_w = answers.n_tasks, answers.n_workers
-        law = noise_law(self.mechanism)
-        counts = answers.worker_counts().astype(np.float64)
-
-        m = SortedByTask(t, x, n_t).median()
-        if self._warm is not None:
-            self._warm.apply(m)
-        if gold is not None:
-            m[gold.index] = gold.value
-        # The grids span the answers' own scale: from far below the median worker's squared
-        # residual to far above the largest, plus an exact zero for noiseless own answers.
-        resid = np.bincount(w, weights=(x - m[t]) ** 2, minlength=n_w) / np.maximum(counts, 1)
-        spread = float(np.median(resid[resid > 0])) if (resid > 0).any() else 1.0
-        top = max(float(resid.max()), spread) * 100.0
-        sigma2 = np.concatenate([[0.0], np.geomspace(spread * 1e-6, top, self.grid - 1)])
-        # Under the exponential law a total variance below its 1e-4 quantile has prior mass
-        # 1e-4 at most: the open first cell holds it, and the grid's points go where mass is.
-        if law[0] == "point":
-            noise_low = noise_top = law[1]
-        else:
-            noise_low, noise_top = 1e-4 / law[1], 10.0 / law[1]
-        tau = np.geomspace(max(spread * 1e-6, noise_low), top + noise_top, self.grid)
-        conv = convolution_matrix(sigma2, tau, law)
-        g0 = np.full(sigma2.size, 1.0 / sigma2.size)
-        g = g0.copy() if self._warm is None else self._resume_prior(sigma2, g0)
-        # Tasks whose weights sum to 0 fall back to their plain mean (NaN: no answers).
-        fallback = task_mean(t, x, n_t)
-        fixed = (np.zeros(0, np.int64), np.zeros(0)) if gold is None else (gold.index, gold.value)
-        # The law G is learned from the workers who answered: a listed worker without answers
-        # would pull each update towards the current G (its posterior is the prior).
-        active = counts > 0
-        w_fit = (np.cumsum(active) - 1)[w] if not active.all() else w
-        problem = (t, w_fit, x, counts[active], m, fallback, fixed, conv, g, tau)
-        if _kernels.get_backend() == "numba":
-            post_var, objective, n_iter, converged = _kernels.aware_gaussian(
-                *problem, self.prior_weight, self.max_iter, self.tol
-            )
-        else:
-            post_var, objective, n_iter, converged = self._iterate_numpy(*problem)
-        self._tick(n_iter)
+        m, post_var = executor.state[:2]
+        g, sigma2, tau, conv = fit.params, model.sigma2, model.tau, model.conv
 
         # The workers' posteriors from the last truths (the loop updated G since), and the
         # posterior over sigma^2 given tau: p(k | m) = G_k C[k, m] / pi_m.
@@ -179,67 +241,19 @@ class AwareGaussian(Estimator):
         inv_tau = 1.0 / tau
         own_cell = (sigma2 * g) @ conv / np.maximum(pi, 1e-300)
         targets = np.column_stack([inv_tau, tau, own_cell])
-        expect, _, _ = variance_posterior(counts, sq, pi, tau, targets)
+        expect, _, _ = variance_posterior(model.counts, sq, pi, tau, targets)
         self.truth_sd_ = np.sqrt(post_var)
         self.variance_prior_ = g
         self._set_results(
             answers,
             m,
             weight=expect[:, 0],
-            n_iter=n_iter,
-            converged=converged,
-            objective=list(objective),
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={"variance": expect[:, 1], "own_variance": expect[:, 2]},
             model_state={"variance_grid": sigma2, "variance_prior": g},
         )
-
-    def _iterate_numpy(
-        self,
-        t: np.ndarray,
-        w: np.ndarray,
-        x: np.ndarray,
-        counts: np.ndarray,
-        m: np.ndarray,
-        fallback: np.ndarray,
-        gold: tuple[np.ndarray, np.ndarray],
-        conv: np.ndarray,
-        g: np.ndarray,
-        tau: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, int, bool]:
-        """The iterations, vectorised (the compiled twin is ``_kernels.aware_gaussian``).
-        Updates ``m`` (the truths) and ``g`` (G) in place; returns each truth's posterior
-        variance, the objective per iteration, the iterations and whether they converged."""
-        n_t, n_w = m.size, counts.size
-        gold_index, gold_value = gold
-        g0 = np.full(g.size, 1.0 / g.size)
-        inv_tau = 1.0 / tau
-        objective: list[float] = []
-        converged = False
-        n_iter = 0
-        post_var = np.zeros(n_t)  # of each truth; infinite for a task without answers
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            # The workers' expected squared residuals, E[(x - t)^2] = (x - m)^2 + 1 / P.
-            sq = _kernels.worker_loss(t, w, x, m, np.ones(n_t), True, n_w)
-            sq += _kernels.worker_sum(w, t, post_var, n_w)
-            pi = g @ conv
-            expect, mean_post, log_norm = variance_posterior(counts, sq, pi, tau, inv_tau[:, None])
-            objective.append(float(log_norm.sum()) / t.size)
-            ratio = mean_post / np.maximum(pi, 1e-300)
-            g[:] = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
-            g /= g.sum()
-
-            total, precision = _kernels.weighted_task_sums(t, w, x, expect[:, 0], n_t)
-            new = np.divide(total, precision, out=fallback.copy(), where=precision > 0)
-            post_var = np.divide(1.0, precision, out=np.full(n_t, np.inf), where=precision > 0)
-            new[gold_index] = gold_value
-            # In units of each truth's posterior standard deviation, 1 / sqrt(P).
-            # (NaN, a task without answers, counts as no change.)
-            change = float(np.fmax.reduce(np.abs(new - m) * np.sqrt(precision), initial=0.0))
-            m[:] = new
-            if change < self.tol:
-                converged = True
-                break
-        return post_var, np.array(objective), n_iter, converged
 
     def _resume_prior(self, sigma2: np.ndarray, g0: np.ndarray) -> np.ndarray:
         """A previous fit's G moved onto this fit's grid (the grid follows the answers' scale,

@@ -41,7 +41,7 @@ Workers' own qualities are not modelled (every answer of a task counts the same)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
+from ._em import InMemory, MemoryPart, Model, run_em
 from ._ops import squarem_extrapolate
 
 
@@ -238,6 +239,103 @@ def moment_strengths(
     return strength(inv_answered), strength(float(inv_scores))
 
 
+class NullProblem(NamedTuple):
+    """What AwareNull's steps read: per task its report counts and cells, the channel, the
+    prior (answered-or-NULL rates, scores), how a task's truth summarises its fit (numpy:
+    ``truths_of``; compiled: the lowest score and median or mean), the estimate and ``tol``."""
+
+    counts: np.ndarray
+    channel: np.ndarray
+    n_q: np.ndarray
+    rate: np.ndarray
+    scores_prior: np.ndarray
+    truths_of: Callable[[np.ndarray], np.ndarray]
+    low: float
+    median: bool
+    estimate: str
+    tol: float
+
+
+def null_start(part: Any, previous: Any, state: Any) -> tuple[Any, Any]:
+    """The tasks' start: expected counts of true symbols, truths, which tasks still step (and,
+    compiled, the constants of the tasks' E steps, once computed)."""
+    return state, None
+
+
+def null_step(part: Any, previous: Any, p: NullProblem) -> tuple[Any, Any]:
+    """One accelerated step of every task still stepping (``AwareNull._accelerated_step``;
+    compiled, ``_kernels.aware_null_step``); a task stops once its truth moves by less than
+    ``tol``. Statistics: the summed log-likelihood of the tasks that stepped, that of those
+    that stopped now, and how many still step."""
+    expected, truth, active, constants = previous[0]
+    if _kernels.get_backend() == "numba":
+        if constants is None:
+            constants = _kernels.null_task_constants(p.n_q, p.rate, p.scores_prior)
+        loglik_sum, stopped_sum, left = _kernels.aware_null_step(
+            p.counts,
+            p.channel,
+            p.rate,
+            p.scores_prior,
+            constants,
+            (expected, truth, active),
+            p.low,
+            p.median,
+            p.estimate == "map",
+            p.tol,
+        )
+    else:
+        rows = np.flatnonzero(active)
+        expected[rows], loglik = AwareNull._accelerated_step(
+            p.counts[rows],
+            p.channel,
+            expected[rows],
+            p.n_q[rows],
+            p.rate,
+            p.scores_prior,
+            p.estimate,
+        )
+        loglik_sum = float(loglik.sum())
+        new = p.truths_of(expected[rows])
+        still = np.abs(new - truth[rows]) >= p.tol
+        active[rows] = still
+        truth[rows] = new
+        # Added in task order, one after another (as the objective has always been summed).
+        stopped = loglik[~still]
+        stopped_sum = float(np.cumsum(stopped)[-1]) if stopped.size else 0.0
+        left = int(active.sum())
+    return (expected, truth, active, constants), (loglik_sum, stopped_sum, left)
+
+
+class AwareNullModel(Model):
+    """AwareNull's tasks, each fitted on its own under the fixed prior: a step moves every task
+    still stepping, the fit stops when none is. The objective after a step is the summed
+    log-likelihood of every task (its last value for those that stopped; gold tasks count 0)
+    per report cell."""
+
+    start = staticmethod(null_start)
+    step = staticmethod(null_step)
+
+    def __init__(self, problem: NullProblem, state: tuple[Any, ...]) -> None:
+        super().__init__(problem.tol)
+        self.problem, self.start_arg = problem, state
+        self.cells = max(float(problem.n_q.sum()), 1.0)
+        #: The summed last log-likelihood of the tasks that stopped.
+        self.stopped = 0.0
+
+    def init(self, stats: Any) -> NullProblem:
+        return self.problem
+
+    def m_step(self, stats: Any) -> NullProblem:
+        self.stopped += stats[1]
+        return self.problem
+
+    def objective(self, stats: Any) -> float:
+        return (stats[0] + self.stopped) / self.cells
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return stats[2] == 0
+
+
 class AwareNull(Estimator):
     """Task-level deconvolution of P3's randomized-response channels with NULL (see module doc).
 
@@ -360,21 +458,22 @@ class AwareNull(Estimator):
         active = np.ones(answers.n_tasks, dtype=bool)
         if gold is not None:
             active[gold.index] = False
-        problem = (counts, channel, n_q, rate, scores_prior, expected, truth, active)
-        if _kernels.get_backend() == "numba":
-            median = self.location == "median"
-            steps, final, trace = _kernels.aware_null_tasks(
-                *problem, mech.low, median, self.estimate == "map", self.tol, self.max_iter
-            )
-        else:
-            steps, final, trace = self._solve_numpy(*problem, truths_of)
-        n_iter = max(int(steps.max(initial=0)), 1)
-        self._tick(n_iter)
-        # The objective after each step: the tasks still stepping, plus the last value of those
-        # that stopped (gold tasks count 0).
-        stopped = np.cumsum(np.bincount(steps, weights=final, minlength=n_iter + 1))
-        objective = (trace[:n_iter] + stopped[:n_iter]) / max(float(n_q.sum()), 1.0)
-        converged = not active.any()
+        problem = NullProblem(
+            counts,
+            channel,
+            n_q,
+            rate,
+            scores_prior,
+            truths_of,
+            mech.low,
+            self.location == "median",
+            self.estimate,
+            self.tol,
+        )
+        model = AwareNullModel(problem, (expected, truth, active, None))
+        executor = InMemory(MemoryPart(answers, gold, None))
+        fit = run_em(model, executor, int(self.max_iter), self._tick)
+        expected, truth = executor.state[:2]
         answered = expected[:, :g].sum(axis=1)
         self.answer_rate_ = pd.Series(
             (answered + rate[0]) / (n_q + rate.sum()), index=answers.tasks, name="answer_rate"
@@ -383,7 +482,9 @@ class AwareNull(Estimator):
         self.strengths_ = strengths
         # For bound_, computed on demand (one more E step; most callers never ask).
         self._posterior = (counts, channel, expected, n_q, rate, scores_prior, answers.tasks)
-        self._set_results(answers, truth, n_iter=n_iter, converged=converged, objective=objective)
+        self._set_results(
+            answers, truth, n_iter=fit.n_iter, converged=fit.converged, objective=fit.objective
+        )
 
     @property
     def bound_(self) -> pd.Series:
@@ -405,40 +506,6 @@ class AwareNull(Estimator):
             raise ValidationError("AwareNull is not fitted yet: call fit(answers) first.")
         counts, channel = self._posterior[:2]
         return pooled_median_interval(self.pooled_, int(counts.sum()), channel, self.mechanism.low)
-
-    def _solve_numpy(
-        self,
-        counts: np.ndarray,
-        channel: np.ndarray,
-        n_q: np.ndarray,
-        rate: np.ndarray,
-        scores_prior: np.ndarray,
-        expected: np.ndarray,
-        truth: np.ndarray,
-        active: np.ndarray,
-        truths_of: Callable[[np.ndarray], np.ndarray],
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Accelerated steps over the still-active tasks, vectorised across them (the compiled
-        twin is ``_kernels.aware_null_tasks``). Updates ``expected``, ``truth`` and ``active`` in
-        place; returns per task the steps taken and its last log-likelihood, and per step the
-        summed log-likelihood of the tasks that stepped."""
-        steps = np.zeros(counts.shape[0], dtype=np.int64)
-        final = np.zeros(counts.shape[0])
-        trace = np.zeros(self.max_iter)
-        for step in range(self.max_iter):
-            rows = np.flatnonzero(active)
-            if rows.size == 0:
-                break
-            expected[rows], loglik = self._accelerated_step(
-                counts[rows], channel, expected[rows], n_q[rows], rate, scores_prior, self.estimate
-            )
-            trace[step] = loglik.sum()
-            steps[rows] = step + 1
-            final[rows] = loglik
-            new = truths_of(expected[rows])
-            active[rows] = np.abs(new - truth[rows]) >= self.tol
-            truth[rows] = new
-        return steps, final, trace
 
     def _symbol_counts(self, answers: Answers) -> np.ndarray:
         """Per task the count of each reported symbol: scores, then NULL."""
