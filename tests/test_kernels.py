@@ -238,6 +238,15 @@ def test_unknown_backend():
         set_config(backend="gpu")
 
 
+def test_privtd_backend_is_checked_where_it_is_read():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PRIVTD_BACKEND": "gpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", "import privtd._config"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 1
+    assert "PRIVTD_BACKEND must be 'auto', 'numpy' or 'numba'. Got 'gpu'." in out.stderr
+
+
 # ---------------------------------------------------------------------- the default backend
 @pytest.fixture
 def default_policy():
