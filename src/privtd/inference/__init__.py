@@ -148,7 +148,7 @@ _LAZY: dict[str, str] = {
 def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         value = getattr(_importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    elif name in _submodules():  # privtd.inference.glad and the like, as after an import
+    elif not name.startswith("__") and name in _submodules():  # privtd.inference.glad, ...
         value = _importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
