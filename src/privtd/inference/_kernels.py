@@ -951,15 +951,17 @@ _NUMPY: dict[str, Callable[..., Any]] = {
 }
 #: Under the "auto" setting a fit runs numba's kernels when its work, answers x planned passes
 #: (``Estimator._planned_passes``), reaches this, and numpy's below it. numba costs a one-time
-#: set-up in each process (importing it, its compiler target, the threading layer, each kernel
-#: read from the disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s,
-#: importing numba aside), and seconds of compilation per kernel on the first run after
-#: installing; on one thread its passes are about as fast as numpy's at K = 2 and 1.3-1.5x faster
-#: at K = 4. Measured with ``PYTHONPATH=src python benchmarks/bench_backend_choice.py`` (each fit
-#: in a fresh process, numba on one thread, load 2.4-4.8; benchmarks/results/backend_choice.txt):
-#: Dawid-Skene at 2.35e7 still ran faster on numpy (0.50-0.75 s against 0.60-0.95 s), MACE broke
-#: even about 2e7 (1.1-1.4 s against 1.4 s) and numba won at 5.1e7 (2.5 s against 2.7-3.0 s).
-#: The two backends agree to 1e-9 (tests/test_kernels.py).
+#: set-up in each process (importing it, its compiler target, the threading layer, each kernel read
+#: from the disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s; 1.1 s, the
+#: import included, before a 200,000-answer fit on a busier machine), and seconds of compilation per
+#: kernel on the first run after installing; on one thread its passes are about as fast as numpy's
+#: at K = 2 and 1.3-1.5x faster at K = 4. Measured with ``PYTHONPATH=src python
+#: benchmarks/bench_backend_choice.py`` (each fit in a fresh process, numba on one thread;
+#: benchmarks/results/backend_choice.txt): Dawid-Skene at 2.35e7 still ran faster on numpy
+#: (0.50-0.75 s against 0.60-0.95 s; with numba's import in the fit, 2.2 s against 2.4 s on a busier
+#: machine), MACE broke even about 2e7 (1.1-1.4 s against 1.4 s; 2.6 s against 2.4 s) and numba won
+#: at 5.1e7 (2.5 s against 2.7-3.0 s; 4.6 s against 6.3 s). The two backends agree to 1e-9
+#: (tests/test_kernels.py).
 NUMBA_MIN_WORK = 30_000_000
 
 
