@@ -1003,11 +1003,12 @@ def _load_numba() -> Any:
     global numba
     with _numba_lock:
         if isinstance(numba, _NumbaOnDemand):
-            numba = importlib.import_module("numba")  # the kernels read numba.prange from here
+            module = importlib.import_module("numba")
             for compiled in _COMPILED:
-                compiled.jit(numba)
+                compiled.jit(module)
                 # Kernels call kernels by their global names: numba must find dispatchers there.
                 globals()[compiled.func.__name__] = compiled.dispatcher
+            numba = module  # read by the kernels (numba.prange) when they compile, on first call
     return numba
 
 
