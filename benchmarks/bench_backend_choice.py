@@ -7,13 +7,16 @@ sides of that choice on Dawid-Skene (K = 2) and MACE (K = 4, 50 iterations per r
 the answers times the passes the fit made (calls of the Dawid-Skene pass, which both run):
 
 - cold: each fit in a fresh process, as the first kernel call there (numba pays its set-up:
-  the compiler target, the threading layer, loading the kernel from the disk cache);
+  importing numba, the compiler target, the threading layer, loading the kernel from the disk
+  cache): what the automatic choice weighs;
 - warm: in one process where another numba kernel (majority vote's) already ran, so only the
-  fit's own kernel still loads.
+  fit's own kernel still loads: what a process that runs numba anyway saves (the choice does
+  not look at what ran before).
 
-Times are of the fit alone (imports and data generation excluded; importing privtd imports
-numba either way), the median of ``--repeat`` runs. Run with numba's disk cache filled (any
-earlier fit under ``PRIVTD_BACKEND=numba``; a cold cache adds seconds of compilation once).
+Times are of the fit alone (privtd's imports and data generation excluded; numba is imported
+by the first fit that runs it), the median of ``--repeat`` runs. Run with numba's disk cache
+filled (any earlier fit under ``PRIVTD_BACKEND=numba``; a cold cache adds seconds of
+compilation once).
 numba runs on ``--threads`` threads (``NUMBA_NUM_THREADS``; default 1, as the crowd-kit
 benchmarks do): on a machine whose cores other jobs keep busy, its threaded kernels on 2 threads
 took 2-4 s for a fit that takes 0.06 s on one.

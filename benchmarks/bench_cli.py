@@ -47,7 +47,7 @@ t0 = time.perf_counter()
 import numpy, pandas
 t1 = time.perf_counter()
 from privtd.answers import Answers
-from privtd.inference import make_estimator
+from privtd.inference import DawidSkene, make_estimator
 from privtd import _csv
 t2 = time.perf_counter()
 frame = _csv.read_csv(sys.argv[1], ["task", "worker"])
@@ -62,7 +62,7 @@ text = est.truths_.rename_axis("task").reset_index().to_csv(index=False)
 open(sys.argv[2], "w").write(text)
 t7 = time.perf_counter()
 reader = "pyarrow" if _csv._read_pyarrow(sys.argv[1], ["task", "worker"]) is not None else "pandas"
-print(f"import numpy+pandas {t1 - t0:.3f} | import privtd (numba) {t2 - t1:.3f} | "
+print(f"import numpy+pandas {t1 - t0:.3f} | import privtd's reader and ds {t2 - t1:.3f} | "
       f"read CSV ({reader}) {t3 - t2:.3f} | code ids {t4 - t3:.3f} | "
       f"fit, first in process {t5 - t4:.3f} | fit again {t6 - t5:.3f} | write {t7 - t6:.3f}")
 """

@@ -67,6 +67,92 @@ def test_lazy_attributes_are_the_real_objects():
         privtd.no_such_name  # noqa: B018
 
 
+def _modules_after(code: str, **env: str) -> list[str]:
+    """Every module a fresh interpreter has imported after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", **env},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["auto", "numpy"])
+def test_a_ds_fit_through_the_cli_imports_only_what_it_runs(tmp_path, backend):
+    from privtd import datasets
+    from privtd.inference import _METHOD_SPECS
+
+    answers = datasets.make_categorical(2000, 50, 2, answers_per_task=5, rng=0)[0]
+    answers.to_frame().to_csv(tmp_path / "a.csv", index=False)
+    code = (
+        "from privtd.cli import main\n"
+        "try:\n"
+        f"    main(['infer', {str(tmp_path / 'a.csv')!r}, '-m', 'ds', '-o', "
+        f"{str(tmp_path / 'o.csv')!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code in (0, None), exc.code\n"
+    )
+    loaded = _modules_after(code, PRIVTD_BACKEND=backend)
+    assert len(pd.read_csv(tmp_path / "o.csv")) == 2000  # the fit ran
+    inference = {m for m in loaded if m.startswith("privtd.inference")}
+    # 10,000 answers x 30 planned passes: numpy's kernels under "auto" too, so no numba.
+    assert inference == {
+        "privtd.inference",
+        "privtd.inference._base",
+        "privtd.inference._channel",  # the one-class warning's channel law
+        "privtd.inference._em",
+        "privtd.inference._kernels",
+        "privtd.inference._ops",
+        "privtd.inference.dawid_skene",
+        "privtd.inference.decision",
+    }
+    estimators = {f"privtd.inference.{spec.split(':')[0]}" for spec in _METHOD_SPECS.values()}
+    assert estimators & set(loaded) == {"privtd.inference.dawid_skene"}
+    heavy = [m for m in loaded if m.split(".")[0] in ("numba", "dask", "distributed", "scipy")]
+    assert heavy == []
+    assert not any(m.startswith("privtd.mechanisms") for m in loaded)
+
+
+def test_every_public_name_resolves_in_a_fresh_process():
+    code = (
+        "import privtd, privtd.inference as inference\n"
+        "for module in (privtd, inference):\n"
+        "    assert set(module.__all__) <= set(dir(module)), module\n"
+        "    for name in module.__all__:\n"
+        "        assert getattr(module, name) is not None, name\n"
+        "from privtd.inference import GLAD, AwareNull, fit_distributed, decide, Estimator\n"
+        "assert inference.METHODS['glad'] is GLAD and inference.RELEASE_METHODS['aware-null'] "
+        "is AwareNull\n"
+        "assert issubclass(GLAD, Estimator) and inference.glad.GLAD is GLAD\n"
+    )
+    loaded = _modules_after(code)
+    assert "privtd.inference.distributed" in loaded and "privtd.inference.zencrowd" in loaded
+    with pytest.raises(AttributeError):
+        import privtd.inference
+
+        privtd.inference.NoSuchEstimator  # noqa: B018
+
+
+def test_the_method_table_lists_without_importing_and_resolves_on_use():
+    loaded = _modules_after(
+        "from privtd.inference import METHODS, RELEASE_METHODS\n"
+        "names = [*METHODS, *RELEASE_METHODS]"
+    )
+    assert [m for m in loaded if m.startswith("privtd.inference")] == ["privtd.inference"]
+    assert "numpy" not in loaded
+    from privtd.inference import METHODS, RELEASE_METHODS, DawidSkene, make_estimator
+
+    assert METHODS["ds"] is DawidSkene and METHODS.get("aware-null") is None
+    assert "aware-null" in RELEASE_METHODS and "aware-null" not in METHODS
+    assert len(METHODS) == 28 and len(RELEASE_METHODS) == 1
+    assert type(make_estimator("ds")) is DawidSkene
+    with pytest.raises(KeyError):
+        METHODS["no-such-method"]
+
+
 def test_static_choice_lists_equal_the_registries():
     from privtd.cli._names import MECHANISM_NAMES, METHOD_NAMES
     from privtd.inference import METHODS, RELEASE_METHODS

@@ -1,45 +1,17 @@
-"""The names the CLI offers as choices, spelt out so that ``privtd --help`` needs no import of
-the estimators or the mechanisms.
+"""The names the CLI offers as choices, without importing the estimators or the mechanisms, so
+that ``privtd --help`` stays fast.
 
-tests/test_cli_fast.py checks them against the registries (:data:`privtd.inference.METHODS`
-with :data:`~privtd.inference.RELEASE_METHODS`, and :data:`privtd.mechanisms.MECHANISMS`): a new
-method or mechanism is added here too, in the registry's order.
+The method names come from :mod:`privtd.inference`'s table, which lists them without importing
+any estimator. The mechanism names are spelt out: tests/test_cli_fast.py checks them against
+:data:`privtd.mechanisms.MECHANISMS`, so a new mechanism is added here too, in its order.
 """
 
 from __future__ import annotations
 
+from ..inference import METHODS, RELEASE_METHODS
+
 #: ``privtd infer --method``: every name of ``METHODS``, then of ``RELEASE_METHODS``.
-METHOD_NAMES = (
-    "mv",
-    "wv",
-    "crh",
-    "catd",
-    "gtm",
-    "ds",
-    "one-coin-ds",
-    "aware-one-coin",
-    "aware-ds",
-    "aware-select",
-    "aware-gaussian",
-    "lc",
-    "raykar",
-    "sigma",
-    "mean",
-    "median",
-    "private-ds",
-    "wawa",
-    "zbs",
-    "kos",
-    "mmsr",
-    "glad",
-    "aware-glad",
-    "mace",
-    "aware-mace",
-    "zencrowd",
-    "aware-zencrowd",
-    "minimax",
-    "aware-null",
-)
+METHOD_NAMES = (*METHODS, *RELEASE_METHODS)
 
 #: ``--mechanism`` of infer, perturb, epsilon, audit and attack: the names of ``MECHANISMS``.
 MECHANISM_NAMES = (

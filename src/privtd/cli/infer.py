@@ -300,12 +300,10 @@ def infer(
         METHODS,
         NO_AWARE_METHOD,
         RELEASE_METHODS,
-        AwareNull,
         aware_method,
         estimator_params,
         make_estimator,
     )
-    from ..mechanisms import MECHANISMS, make_mechanism
 
     _one_stdout(output=output, workers_output=workers_output, probas_output=probas_output)
     mech_params = _parse_params(param)
@@ -343,6 +341,8 @@ def infer(
         # The mechanism fixes the kind; so does a method that takes one kind only (integer
         # population counts would otherwise be read as thousands of labels).
         if mechanism is not None:
+            from ..mechanisms import MECHANISMS
+
             kind = MECHANISMS[mechanism].kind
         elif method is not None:
             kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
@@ -493,6 +493,8 @@ def infer(
     _warn_label_set(data, answer_col)
     params: dict[str, Any] = {}
     if mechanism is not None:
+        from ..mechanisms import MECHANISMS, make_mechanism
+
         if (
             MECHANISMS[mechanism].kind == "categorical"
             and data.is_categorical
@@ -592,7 +594,7 @@ def infer(
         f"{estimator.n_iter_} iteration(s), {status}, {elapsed:.3f} s -> {_shown(output)}",
         err=True,
     )
-    if isinstance(estimator, AwareNull):
+    if method == "aware-null":  # AwareNull, imported only for its own fits
         _note_pooled_interval(*estimator.pooled_median_interval_)
     if mechanism is not None and not data.is_categorical and engine == "memory":
         from ..mechanisms.utility import noise_warning

@@ -4,39 +4,48 @@ Every estimator follows one contract (``fit(answers, *, gold=None) -> self``, re
 attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them.
 """
 
+# No ``from __future__ import annotations`` and no bare helper imports here: each would show up
+# as a public name; the helpers go by private aliases, and annotations naming a lazy class are
+# quoted. The estimators and the Dask engine load on first use (PEP 562), so that a fit, or
+# the CLI listing its methods, imports only what it runs.
+import importlib as _importlib
 import inspect as _inspect
-from typing import Any as _Any
+import typing as _typing
+from collections.abc import Iterator as _Iterator
+from collections.abc import Mapping as _Mapping
 
 from ..errors import ValidationError as _ValidationError
-from ._base import Estimator
-from .aware_dawid_skene import AwareDawidSkene
-from .aware_gaussian import AwareGaussian
-from .aware_null import AwareNull
-from .aware_select import AwareSelect
-from .binary_relevance import BinaryRelevance
-from .catd import CATD
-from .crh import CRH
-from .dawid_skene import DawidSkene
-from .decision import DECISIONS, decide
-from .distributed import DISTRIBUTED_METHODS, fit_distributed
-from .glad import GLAD, AwareGLAD
-from .gtm import GTM
-from .kos import KOS
-from .latent_class import LatentClass
-from .mace import MACE, AwareMACE
-from .majority_vote import MajorityVote
-from .mean_median import Mean, Median
-from .minimax_entropy import MinimaxEntropy
-from .mmsr import MMSR
-from .one_coin_dawid_skene import OneCoinDawidSkene
-from .perturbation_aware import AwareOneCoin
-from .private_dawid_skene import PrivateDawidSkene
-from .raykar import Raykar
-from .wawa import Wawa
-from .weighted_average import WeightedAverage
-from .weighted_vote import WeightedVote
-from .zencrowd import AwareZenCrowd, ZenCrowd
-from .zero_based_skill import ZeroBasedSkill
+
+if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
+    from ._base import Estimator
+    from .aware_dawid_skene import AwareDawidSkene
+    from .aware_gaussian import AwareGaussian
+    from .aware_null import AwareNull
+    from .aware_select import AwareSelect
+    from .binary_relevance import BinaryRelevance
+    from .catd import CATD
+    from .crh import CRH
+    from .dawid_skene import DawidSkene
+    from .decision import DECISIONS, decide
+    from .distributed import DISTRIBUTED_METHODS, fit_distributed
+    from .glad import GLAD, AwareGLAD
+    from .gtm import GTM
+    from .kos import KOS
+    from .latent_class import LatentClass
+    from .mace import MACE, AwareMACE
+    from .majority_vote import MajorityVote
+    from .mean_median import Mean, Median
+    from .minimax_entropy import MinimaxEntropy
+    from .mmsr import MMSR
+    from .one_coin_dawid_skene import OneCoinDawidSkene
+    from .perturbation_aware import AwareOneCoin
+    from .private_dawid_skene import PrivateDawidSkene
+    from .raykar import Raykar
+    from .wawa import Wawa
+    from .weighted_average import WeightedAverage
+    from .weighted_vote import WeightedVote
+    from .zencrowd import AwareZenCrowd, ZenCrowd
+    from .zero_based_skill import ZeroBasedSkill
 
 __all__ = [
     "Estimator",
@@ -84,37 +93,108 @@ __all__ = [
     "DISTRIBUTED_METHODS",
 ]
 
-METHODS: dict[str, type[Estimator]] = {
-    "mv": MajorityVote,
-    "wv": WeightedVote,
-    "crh": CRH,
-    "catd": CATD,
-    "gtm": GTM,
-    "ds": DawidSkene,
-    "one-coin-ds": OneCoinDawidSkene,
-    "aware-one-coin": AwareOneCoin,
-    "aware-ds": AwareDawidSkene,
-    "aware-select": AwareSelect,
-    "aware-gaussian": AwareGaussian,
-    "lc": LatentClass,
-    "raykar": Raykar,
-    "sigma": WeightedAverage,
-    "mean": Mean,
-    "median": Median,
-    "private-ds": PrivateDawidSkene,
-    "wawa": Wawa,
-    "zbs": ZeroBasedSkill,
-    "kos": KOS,
-    "mmsr": MMSR,
-    "glad": GLAD,
-    "aware-glad": AwareGLAD,
-    "mace": MACE,
-    "aware-mace": AwareMACE,
-    "zencrowd": ZenCrowd,
-    "aware-zencrowd": AwareZenCrowd,
-    "minimax": MinimaxEntropy,
+#: Every method name the CLI and :func:`make_estimator` take, as ``"module:Class"`` of its
+#: estimator in this package: the one table the method registries below (and the CLI's choice
+#: list, ``privtd.cli._names``) are read from. A class is imported when its name is first used.
+_METHOD_SPECS: dict[str, str] = {
+    "mv": "majority_vote:MajorityVote",
+    "wv": "weighted_vote:WeightedVote",
+    "crh": "crh:CRH",
+    "catd": "catd:CATD",
+    "gtm": "gtm:GTM",
+    "ds": "dawid_skene:DawidSkene",
+    "one-coin-ds": "one_coin_dawid_skene:OneCoinDawidSkene",
+    "aware-one-coin": "perturbation_aware:AwareOneCoin",
+    "aware-ds": "aware_dawid_skene:AwareDawidSkene",
+    "aware-select": "aware_select:AwareSelect",
+    "aware-gaussian": "aware_gaussian:AwareGaussian",
+    "lc": "latent_class:LatentClass",
+    "raykar": "raykar:Raykar",
+    "sigma": "weighted_average:WeightedAverage",
+    "mean": "mean_median:Mean",
+    "median": "mean_median:Median",
+    "private-ds": "private_dawid_skene:PrivateDawidSkene",
+    "wawa": "wawa:Wawa",
+    "zbs": "zero_based_skill:ZeroBasedSkill",
+    "kos": "kos:KOS",
+    "mmsr": "mmsr:MMSR",
+    "glad": "glad:GLAD",
+    "aware-glad": "glad:AwareGLAD",
+    "mace": "mace:MACE",
+    "aware-mace": "mace:AwareMACE",
+    "zencrowd": "zencrowd:ZenCrowd",
+    "aware-zencrowd": "zencrowd:AwareZenCrowd",
+    "minimax": "minimax_entropy:MinimaxEntropy",
+    # Estimators that only read a mechanism's release of whole rows (every (worker, task) cell
+    # reported, NULL included): they need the mechanism, so RELEASE_METHODS holds them, not
+    # METHODS, whose members fit any answers of their kind.
+    "aware-null": "aware_null:AwareNull",
+}
+_RELEASE_ONLY = ("aware-null",)
+
+#: Public name -> the submodule that defines it: the estimators from the table above, and the
+#: rest.
+_LAZY: dict[str, str] = {
+    **{spec.split(":")[1]: spec.split(":")[0] for spec in _METHOD_SPECS.values()},
+    "Estimator": "_base",
+    "BinaryRelevance": "binary_relevance",
+    "decide": "decision",
+    "DECISIONS": "decision",
+    "fit_distributed": "distributed",
+    "DISTRIBUTED_METHODS": "distributed",
 }
 
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    elif not name.startswith("__") and name in _submodules():  # privtd.inference.glad, ...
+        value = _importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_submodules()})
+
+
+def _submodules() -> set[str]:
+    import pkgutil
+
+    return {module.name for module in pkgutil.iter_modules(__path__)}
+
+
+class _Estimators(_Mapping[str, "type[Estimator]"]):
+    """Method name -> estimator class, imported when looked up: listing the names imports none."""
+
+    def __init__(self, names: _typing.Iterable[str]) -> None:
+        self._names = tuple(names)
+
+    def __getitem__(self, method: str) -> "type[Estimator]":
+        if method not in self._names:
+            raise KeyError(method)
+        cls: type[Estimator] = __getattr__(_METHOD_SPECS[method].split(":")[1])
+        return cls
+
+    def __iter__(self) -> _Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, method: object) -> bool:
+        return method in self._names
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{m!r}: {_METHOD_SPECS[m]!r}" for m in self._names) + "}"
+
+
+#: Method name -> estimator class, for the estimators that fit any answers of their kind.
+METHODS: "_Mapping[str, type[Estimator]]" = _Estimators(
+    m for m in _METHOD_SPECS if m not in _RELEASE_ONLY
+)
 
 #: The perturbation-aware estimator for each mechanism that has one: what ``privtd infer
 #: --mechanism NAME`` and the service pick when no method is given. Randomized response gets the
@@ -160,18 +240,16 @@ AWARE_METHODS = frozenset(
 )
 
 
-def aware_method(mechanism: _Any) -> str | None:
+def aware_method(mechanism: _typing.Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
     return AWARE_METHOD.get(getattr(mechanism, "name", ""))
 
 
-#: Estimators that only read a mechanism's release of whole rows (every (worker, task) cell
-#: reported, NULL included), so they need the mechanism and are kept out of ``METHODS``,
-#: whose members fit any answers of their kind.
-RELEASE_METHODS: dict[str, type[Estimator]] = {"aware-null": AwareNull}
+#: The estimators that need a mechanism's release of whole rows (see the table above).
+RELEASE_METHODS: "_Mapping[str, type[Estimator]]" = _Estimators(_RELEASE_ONLY)
 
 
-def make_estimator(method: str, **params: _Any) -> Estimator:
+def make_estimator(method: str, **params: _typing.Any) -> "Estimator":
     """Build the estimator for a method name, passing ``params`` to its constructor."""
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:

@@ -8,26 +8,39 @@ Two backends compute the same things:
   earn back numba's set-up (:func:`choose_backend`), when numba is not installed, and when
   ``PRIVTD_BACKEND=numpy`` is set.
 
+Each is a :class:`Backend` object; a fit runs one, picked by ``privtd._config``'s ``backend``
+setting (``config_context``, ``set_config``, ``PRIVTD_BACKEND``) or, under ``"auto"``, by the
+fit's size. numba itself is imported when its backend first runs a kernel, not with this module.
 Tests run every estimator under both (``set_backend``) and compare them.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from .. import _config
 from ..errors import ValidationError
 
-numba: Any
-try:  # numba is an optional extra
-    import numba
-except ImportError:  # pragma: no cover - depends on the environment
-    numba = None
+
+class _NumbaOnDemand:
+    """numba's module before the numba backend first runs: any attribute (``numba.prange``,
+    ``_kernels.numba.set_num_threads``) imports it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and inspect probing: not a reason to import
+            raise AttributeError(name)
+        return getattr(_load_numba(), name)
+
+
+#: numba's module once imported (:func:`_load_numba`); until then a stand-in that imports it on
+#: first use; None where numba is not installed.
+numba: Any = _NumbaOnDemand() if _config.NUMBA_INSTALLED else None
 
 __all__ = ["available_backends", "get_backend", "set_backend"]
 
@@ -260,17 +273,39 @@ def _aware_gaussian_step_np(
 _PSI_SERIES = (-1 / 12, 691 / 32760, -1 / 132, 1 / 240, -1 / 252, 1 / 120, -1 / 12)
 
 
+class _Compiled:
+    """A numba kernel, jitted when numba is imported (:func:`_load_numba`), which its first
+    call does; then compiled once and loaded from disk by later processes (next to this file,
+    else under ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none of those is writable
+    numba refuses ``cache=True``; the kernels then compile in every process (seconds) instead
+    of failing."""
+
+    def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.func, self.options = func, options
+        self.dispatcher: Any = None
+
+    def jit(self, module: Any) -> None:
+        try:
+            self.dispatcher = module.njit(cache=True, **self.options)(self.func)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            self.dispatcher = module.njit(**self.options)(self.func)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.dispatcher is None:
+            _load_numba()
+        return self.dispatcher(*args)
+
+
+#: Every kernel :func:`_cached_jit` wrapped, in definition order.
+_COMPILED: list[_Compiled] = []
+
+
 def _cached_jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """``numba.njit(cache=True)``: compiled once, then loaded from disk by later processes (next
-    to this file, else under ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none of
-    those is writable numba refuses ``cache=True``; the kernels then compile in every process
-    (seconds) instead of failing."""
+    """``numba.njit(cache=True, **options)``, applied on numba's import (:class:`_Compiled`)."""
 
     def wrap(func: Callable[..., Any]) -> Any:
-        try:
-            return numba.njit(cache=True, **options)(func)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(**options)(func)
+        _COMPILED.append(_Compiled(func, options))
+        return _COMPILED[-1]
 
     return wrap
 
@@ -979,60 +1014,101 @@ _NUMPY: dict[str, Callable[..., Any]] = {
     "grid_posterior": _grid_posterior_np,
     "aware_gaussian_step": _aware_gaussian_step_np,
 }
-_backend = "numpy"
-#: True once set_backend or PRIVTD_BACKEND chose the backend: then every fit uses it.
-_chosen = False
-#: Per-thread override of ``_backend`` for the fit running in that thread (:func:`backend_for`).
+#: Under the "auto" setting a fit runs numba's kernels when its work, answers x planned passes
+#: (``Estimator._planned_passes``), reaches this, and numpy's below it. numba costs a one-time
+#: set-up in each process (importing it, its compiler target, the threading layer, each kernel read
+#: from the disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s; 1.1 s, the
+#: import included, before a 200,000-answer fit on a busier machine), and seconds of compilation per
+#: kernel on the first run after installing; on one thread its passes are about as fast as numpy's
+#: at K = 2 and 1.3-1.5x faster at K = 4. Measured with ``PYTHONPATH=src python
+#: benchmarks/bench_backend_choice.py`` (each fit in a fresh process, numba on one thread;
+#: benchmarks/results/backend_choice.txt): Dawid-Skene at 2.35e7 still ran faster on numpy
+#: (0.50-0.75 s against 0.60-0.95 s; with numba's import in the fit, 2.2 s against 2.4 s on a busier
+#: machine), MACE broke even about 2e7 (1.1-1.4 s against 1.4 s; 2.6 s against 2.4 s) and numba won
+#: at 5.1e7 (2.5 s against 2.7-3.0 s; 4.6 s against 6.3 s). The two backends agree to 1e-9
+#: (tests/test_kernels.py).
+NUMBA_MIN_WORK = 30_000_000
+
+
+class Backend(Protocol):
+    """A set of kernels that compute the same things: what a fit runs on."""
+
+    name: str
+
+    def kernel(self, name: str) -> Callable[..., Any]:
+        """The function for the kernel ``name`` (a key of ``_NUMPY``)."""
+        ...
+
+
+class _NumpyBackend:
+    name = "numpy"
+
+    def kernel(self, name: str) -> Callable[..., Any]:
+        return _NUMPY[name]
+
+
+class _NumbaBackend:
+    name = "numba"
+
+    def kernel(self, name: str) -> Callable[..., Any]:
+        # The first call imports numba (_load_numba); each kernel compiles on its first call,
+        # or loads from the disk cache.
+        return _NUMBA_KERNELS[name]
+
+
+BACKENDS: dict[str, Backend] = {"numpy": _NumpyBackend(), "numba": _NumbaBackend()}
+
+_numba_lock = threading.Lock()
+#: The backend of the fit running in each thread (:func:`backend_for`).
 _local = threading.local()
 
-#: Without a chosen backend a fit runs numba's kernels when its work, answers x planned passes
-#: (``Estimator._planned_passes``), reaches this, and numpy's below it. numba costs a one-time
-#: set-up in each process (its compiler target, the threading layer, each kernel read from the
-#: disk cache: 0.3-0.4 s before a 10,000-answer fit that numpy runs in 0.01 s), and seconds of
-#: compilation per kernel on the first run after installing; on one thread its passes are
-#: about as fast as numpy's at K = 2 and 1.3-1.5x faster at K = 4. Measured with
-#: ``PYTHONPATH=src python benchmarks/bench_backend_choice.py`` (each fit in a fresh process,
-#: numba on one thread, load 2.4-4.8; benchmarks/results/backend_choice.txt): Dawid-Skene at
-#: 2.35e7 still ran faster on numpy (0.50-0.75 s against 0.60-0.95 s), MACE broke even about
-#: 2e7 (1.1-1.4 s against 1.4 s) and numba won at 5.1e7 (2.5 s against 2.7-3.0 s).
-#: The two backends agree to 1e-9 (tests/test_kernels.py).
-NUMBA_MIN_WORK = 30_000_000
-#: The same once one of numba's kernels has run in this process (:func:`numba_ready`): the
-#: set-up is paid and only the fit's own kernels still load. Same benchmark, "warm" column:
-#: Dawid-Skene ran faster on numba from 9e6 (0.20 s against 0.30 s; at 4e6 0.16 s against
-#: 0.13 s), MACE from 2e7 (1.0 s against 1.1-1.4 s; at 8e6 0.53 s against 0.49-0.51 s).
-NUMBA_MIN_WORK_WARM = 10_000_000
+
+def _load_numba() -> Any:
+    """numba's module, imported on the first call in the process, with every kernel jitted."""
+    global numba
+    with _numba_lock:
+        if isinstance(numba, _NumbaOnDemand):
+            module = importlib.import_module("numba")
+            for compiled in _COMPILED:
+                compiled.jit(module)
+                # Kernels call kernels by their global names: numba must find dispatchers there.
+                globals()[compiled.func.__name__] = compiled.dispatcher
+            numba = module  # read by the kernels (numba.prange) when they compile, on first call
+    return numba
 
 
 def available_backends() -> list[str]:
-    return ["numpy"] + (["numba"] if numba is not None else [])
-
-
-def numba_ready() -> bool:
-    """Whether one of numba's kernels has already run in this process (compiled or loaded
-    from the disk cache), so that numba's one-time set-up is paid."""
-    # A numba dispatcher lists the signatures it has compiled or loaded in this process.
-    return numba is not None and any(
-        getattr(kernel, "signatures", None) for kernel in _NUMBA_KERNELS.values()
-    )
+    return ["numpy"] + (["numba"] if _config.NUMBA_INSTALLED else [])
 
 
 def choose_backend(n_answers: int, passes: int = 1) -> str:
     """The backend a fit of ``n_answers`` answers and ``passes`` planned passes over them runs
-    on: the chosen one (:func:`set_backend`, ``PRIVTD_BACKEND``) if any, else numba when its
-    work ``n_answers * passes`` reaches :data:`NUMBA_MIN_WORK` (:data:`NUMBA_MIN_WORK_WARM`
-    once numba has run in this process), else numpy. So without a chosen backend the same
-    fit may run on either, depending on what ran before it in the process; the two agree to
-    1e-9, not bit for bit: choose one where fits must repeat exactly."""
-    if _chosen or _backend != "numba":
-        return _backend
-    threshold = NUMBA_MIN_WORK_WARM if numba_ready() else NUMBA_MIN_WORK
-    return "numba" if n_answers * passes >= threshold else "numpy"
+    on: the configured one (``privtd._config``: ``config_context``, ``set_config``,
+    ``PRIVTD_BACKEND``) unless it is "auto"; else numba when installed and the work
+    ``n_answers * passes`` reaches :data:`NUMBA_MIN_WORK`, else numpy. The fit's size alone
+    decides, not what ran before it in the process. The two backends agree to 1e-9, not bit for
+    bit: configure one where fits must repeat exactly."""
+    configured: str = _config.get_config()["backend"]
+    if configured != "auto":
+        return configured
+    big = n_answers * passes >= NUMBA_MIN_WORK
+    return "numba" if big and _config.NUMBA_INSTALLED else "numpy"
+
+
+def current_backend() -> Backend:
+    """The backend the kernels called from this thread run on now: the running fit's
+    (:func:`backend_for`); outside a fit the configured one, and under "auto" numba where
+    installed, as for a fit of unknown size (a cluster's passes)."""
+    running: Backend | None = getattr(_local, "backend", None)
+    if running is not None:
+        return running
+    configured: str = _config.get_config()["backend"]
+    return BACKENDS[available_backends()[-1] if configured == "auto" else configured]
 
 
 def get_backend() -> str:
-    """The backend the kernels called from this thread use now."""
-    return getattr(_local, "backend", None) or _backend
+    """The name of :func:`current_backend`."""
+    return current_backend().name
 
 
 @contextmanager
@@ -1040,33 +1116,24 @@ def backend_for(n_answers: int, passes: int = 1) -> Iterator[str]:
     """Run the enclosed fit, in this thread, on :func:`choose_backend`'s backend for its
     answers and planned passes; yields the backend's name. A fit started inside another fit
     keeps the outer fit's backend, so that one fit never mixes the two."""
-    before = getattr(_local, "backend", None)
-    name = before or choose_backend(n_answers, passes)
-    _local.backend = name
+    before: Backend | None = getattr(_local, "backend", None)
+    running = before or BACKENDS[choose_backend(n_answers, passes)]
+    _local.backend = running
     try:
-        yield name
+        yield running.name
     finally:
         _local.backend = before
 
 
 def set_backend(name: str) -> None:
-    """Pick the kernel backend for every fit: "numba" (needs numba) or "numpy". Without a
-    call (or ``PRIVTD_BACKEND``), each fit picks by its work (:func:`choose_backend`)."""
-    global _backend, _chosen
-    if name not in ("numpy", "numba"):
-        raise ValidationError(f"Backend must be 'numpy' or 'numba'. Got {name!r}.")
-    if name == "numba":
-        if numba is None:
-            raise ValidationError(
-                "The numba backend needs numba: pip install numba. Or use 'numpy'."
-            )
-    _backend = name
-    _chosen = True
+    """Pick the kernel backend for the fits this thread runs: "numba" (needs numba), "numpy",
+    or "auto" (each fit by its size, :func:`choose_backend`). The same as
+    ``privtd._config.set_config(backend=name)``; ``config_context`` sets it for a block."""
+    _config.set_config(backend=name)
 
 
 def _kernel(name: str) -> Callable[..., Any]:
-    # numba compiles each kernel on first use and caches it on disk for later processes.
-    return _NUMPY[name] if get_backend() == "numpy" else _NUMBA_KERNELS[name]
+    return current_backend().kernel(name)
 
 
 def gather_scatter(dst: np.ndarray, src: np.ndarray, table: np.ndarray, n_out: int) -> np.ndarray:
@@ -1374,11 +1441,3 @@ def aware_null_step(
         16,
     )
     return float(total), float(stopped), int(left)
-
-
-# numba when installed, unless PRIVTD_BACKEND says otherwise.
-_env = os.environ.get("PRIVTD_BACKEND", "").strip().lower()
-if _env:
-    set_backend(_env)
-elif numba is not None:
-    _backend = "numba"
