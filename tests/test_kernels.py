@@ -357,6 +357,17 @@ def test_a_configured_backend_always_wins(default_policy, name):
     assert get_config()["backend"] == "auto"  # restored after the block
 
 
+def test_the_settings_are_public_on_privtd(default_policy):
+    import privtd
+
+    assert privtd.config_context is config_context
+    with privtd.config_context(backend="numpy"):
+        assert privtd.get_config()["backend"] == "numpy"
+        with default_policy.backend_for(10**12) as used:
+            assert used == "numpy"
+    assert {"config_context", "get_config", "set_config"} <= set(privtd.__all__)
+
+
 def test_the_setting_is_per_thread(default_policy):
     import threading
 

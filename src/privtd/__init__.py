@@ -26,6 +26,7 @@ from .errors import (
 
 if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
     from . import datasets, inference
+    from ._config import config_context, get_config, set_config
     from .answers import Answers, as_answers
     from .evaluation import evaluate
     from .inference import METHODS, make_estimator
@@ -40,6 +41,9 @@ __all__ = [
     "evaluate",
     "METHODS",
     "make_estimator",
+    "config_context",
+    "get_config",
+    "set_config",
     "SchemaError",
     "ValidationError",
     "NotFittedError",
@@ -56,6 +60,9 @@ _LAZY: dict[str, str | None] = {
     "evaluate": "evaluation",
     "METHODS": "inference",
     "make_estimator": "inference",
+    "config_context": "_config",
+    "get_config": "_config",
+    "set_config": "_config",
     "datasets": None,
     "inference": None,
 }
