@@ -471,6 +471,8 @@ def test_cli_unreachable_scheduler_and_missing_file(files, tmp_path, capsys):
     assert code == 2 and "--engine dask" in err and not out.exists()
     code, _, err = run([*args, "-m", "glad"], capsys)
     assert code == 2 and "one-coin-ds" in err and not out.exists()
+    assert "conjugate gradients" in err and "Leave out --engine dask" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_cli_memory_limit_runs_a_limited_local_cluster(files, tmp_path, capsys):

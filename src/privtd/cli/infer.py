@@ -418,10 +418,11 @@ def infer(
         from ..inference import distributed
 
         if method is not None and method not in distributed.DISTRIBUTED_METHODS:
-            raise ValidationError(
-                f"Method {method!r} does not run on a Dask cluster yet; these do: "
-                f"{', '.join(distributed.DISTRIBUTED_METHODS)}. Leave out --engine dask."
-            )
+            from ..inference import METHODS
+            from ..inference.distributed._fit import not_distributed
+
+            refusal = not_distributed(METHODS[method])
+            raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
         if fmt not in ("auto", "long") or delimiter or keep_rejected:
             raise ValidationError(
                 "--engine dask reads long CSV or Parquet tables only; read a platform export "

@@ -382,6 +382,17 @@ _NOT_YET: dict[type[Estimator], str] = {
     MinimaxEntropy: "an M-step is an L-BFGS-B run that reads all the answers many times",
 }
 
+
+def not_distributed(cls: type[Estimator]) -> str:
+    """The sentence that says an estimator class does not run on a cluster, with the reason
+    where its structure gives one, and the methods that do."""
+    why = next((f" ({r})" for c, r in _NOT_YET.items() if issubclass(cls, c)), "")
+    return (
+        f"{cls.__name__} does not run on a Dask cluster yet{why}; these methods do: "
+        f"{', '.join(DISTRIBUTED_METHODS)}."
+    )
+
+
 #: The methods (``privtd infer --method``) that run on a Dask cluster.
 DISTRIBUTED_METHODS: tuple[str, ...] = tuple(name for name, _ in _DRIVERS.values())
 
@@ -440,12 +451,7 @@ def fit_distributed(
     """
     entry = _DRIVERS.get(type(estimator))
     if entry is None:
-        why = next((f" ({r})" for c, r in _NOT_YET.items() if isinstance(estimator, c)), "")
-        raise ValidationError(
-            f"{type(estimator).__name__} does not run on a Dask cluster yet{why}; these methods "
-            f"do: {', '.join(DISTRIBUTED_METHODS)}. Fit it in memory (privtd infer without "
-            "--engine dask)."
-        )
+        raise ValidationError(f"{not_distributed(type(estimator))} Fit it in memory.")
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
             f"On a Dask cluster {type(estimator).__name__} breaks ties with tie_break='first' "
