@@ -170,6 +170,29 @@ def test_same_labels_as_in_memory(method, partitions, files, ingested):
     _assert_same(mem, dist, numeric=False)
 
 
+@pytest.mark.parametrize("method", ["ds", "zencrowd", "gtm"])
+def test_fit_on_ingested_answers_runs_on_the_cluster(method, files, ingested):
+    """``est.fit(data)`` on ingested answers is ``fit_distributed(est, data)``: the same
+    estimator back, the same results as in memory."""
+    kind = "cat" if method in CATEGORICAL else "num"
+    params = {**CATEGORICAL, **NUMERIC}[method]
+    data = ingested(kind, 3)
+    est = make_estimator(method, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert est.fit(data) is est
+        mem = make_estimator(method, **params).fit(Answers.from_frame(files[f"{kind}_frame"]))
+    _assert_same(mem, est, numeric=kind == "num")
+
+
+def test_fit_on_ingested_answers_refuses_what_a_cluster_cannot_run(files, ingested):
+    data = ingested("cat", 3)
+    with pytest.raises(ValidationError, match="no warm_start"):
+        make_estimator("ds").fit(data, warm_start=make_estimator("ds").fit(data))
+    with pytest.raises(ValidationError, match="conjugate gradients"):
+        make_estimator("glad").fit(data)
+
+
 @pytest.mark.parametrize(
     ("method", "partitions"), [(m, 3) for m in NUMERIC] + [("crh", 1), ("crh", 7)]
 )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numbers
+import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,9 @@ from .._repr import short_list
 from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, NotFittedError, ValidationError
 from . import _kernels
+
+if TYPE_CHECKING:
+    from .distributed import DistributedAnswers
 
 GoldLike = pd.Series | Mapping[Hashable, Any] | None
 
@@ -136,6 +140,13 @@ class WarmStart:
         return self.model[name]
 
 
+def _on_cluster(answers: Any) -> bool:
+    """Whether ``answers`` were ingested on a Dask cluster. Such answers exist only once their
+    module is imported, so an in-memory fit never imports the Dask engine to ask."""
+    ingested = sys.modules.get("privtd.inference.distributed._ingest")
+    return ingested is not None and isinstance(answers, ingested.DistributedAnswers)
+
+
 class Estimator(ABC):
     """Base class: ``fit(answers, *, gold=None) -> self``; results in attributes ending in ``_``.
 
@@ -176,13 +187,29 @@ class Estimator(ABC):
 
     # ---------------------------------------------------------------- public API
     def fit(
-        self, answers: Answers | pd.DataFrame, *, gold: GoldLike = None, warm_start: Any = None
+        self,
+        answers: Answers | pd.DataFrame | DistributedAnswers,
+        *,
+        gold: GoldLike = None,
+        warm_start: Any = None,
     ) -> Estimator:
         """Fit on ``answers``. ``gold`` fixes some tasks' truths. ``warm_start`` (a previous
         fit's ``warm_state_``, or that fitted estimator) resumes an iterative model from where
         it stopped instead of the usual first guess: after new answers arrive, few iterations
-        are left to do. Tasks the state does not name start as usual."""
-        ans = as_answers(answers)
+        are left to do. Tasks the state does not name start as usual.
+
+        ``answers`` may also be answers ingested on a Dask cluster
+        (:func:`privtd.inference.distributed.ingest`): the fit then runs there, as
+        :func:`~privtd.inference.fit_distributed` runs it."""
+        if _on_cluster(answers):
+            from .distributed import fit_distributed
+
+            if warm_start is not None:
+                raise ValidationError(
+                    "A fit on a cluster takes no warm_start; fit in memory to resume one."
+                )
+            return fit_distributed(self, cast("DistributedAnswers", answers), gold=gold)
+        ans = as_answers(cast("Answers | pd.DataFrame", answers))
         if ans.kind not in self.kinds:
             raise ValidationError(
                 f"{type(self).__name__} takes {' or '.join(self.kinds)} answers; these are "
