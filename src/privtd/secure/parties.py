@@ -621,7 +621,7 @@ class Requester:
     # ------------------------------------------------------------------ steps
     def _count(self) -> AggregateModel:
         """The first secure sum, of answered-indicators: keep the tasks with enough answers."""
-        sums = self.secure_sums(0, "count", None)[:, 0]
+        sums = self._secure_sums(0, "count", None)[:, 0]
         AggregateModel._check(sums, 0.0, float(len(self.active)), "count")  # noqa: SLF001
         counts = np.rint(sums)
         if not np.allclose(sums, counts):
@@ -711,7 +711,7 @@ class Requester:
             raise ProtocolError(f"Worker {worker} replied {kind!r} where {expect!r} was expected.")
         return reply
 
-    def secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
+    def _secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
         """One round: the workers' contributions of ``phase`` combined into their sums, and only
         the sums (with masking, ``state`` is not sent: each worker computes it from the last
         round's verified sums)."""
@@ -846,7 +846,9 @@ class SecureSum:
             self.n_em += 1
         round_ = self.n_em if phase == "em" else 0
         requester = self.requester
-        sums = requester.secure_sums(round_, phase, params if phase == "em" else None)
+        sums = requester._secure_sums(  # noqa: SLF001
+            round_, phase, params if phase == "em" else None
+        )
         self._since = time.perf_counter()
         self.model.check(phase, sums, len(requester.active))
         return sums
