@@ -425,6 +425,14 @@ def test_an_out_of_range_one_coin_contribution_voids_the_round(
     assert rounds == ["start"] and requester.rounds[-1].phase == "em"
 
 
+def test_every_secure_model_is_offered_by_the_cli() -> None:
+    from privtd.cli.secure import secure_em_cmd
+    from privtd.secure import MODELS
+
+    option = next(p for p in secure_em_cmd.params if p.name == "model")
+    assert set(option.type.choices) == {"auto", "glad", *MODELS}  # type: ignore[attr-defined]
+
+
 def test_glad_is_refused_with_the_reason(dog: privtd.Answers) -> None:
     for make in (lambda: SecureEM(model="glad").fit(dog), lambda: ModelSpec("glad", 3)):
         with pytest.raises(ValidationError, match="GLAD is not available under the secure sum"):
