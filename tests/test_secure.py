@@ -425,6 +425,14 @@ def test_an_out_of_range_one_coin_contribution_voids_the_round(
     assert rounds == ["start"] and requester.rounds[-1].phase == "em"
 
 
+def test_the_secure_sum_runs_only_the_protocols_phases() -> None:
+    # Workers receive a phase's name, never code: any other step is refused before a round.
+    from privtd.secure.parties import SecureSum
+
+    with pytest.raises(ValidationError, match="runs only the protocol's phases \\(start, em\\)"):
+        SecureSum(None, None).run(lambda part, previous, params: (None, 0))  # type: ignore[arg-type]
+
+
 def test_every_secure_model_is_offered_by_the_cli() -> None:
     from privtd.cli.secure import secure_em_cmd
     from privtd.secure import MODELS

@@ -362,7 +362,7 @@ class AggregateModel(Model, ABC):
         self.state = np.zeros(0)
         self.n_answers = 0
         #: The largest change of the state in the last M-step (binary, real: their stopping rule).
-        self.change = np.inf
+        self._change = np.inf
 
     def check(self, phase: str, sums: np.ndarray, n_parties: int) -> None:
         """Refuse a round whose sums no ``n_parties`` honest contributions can give."""
@@ -421,12 +421,12 @@ class AggregateBinary(AggregateModel):
     def m_step(self, stats: np.ndarray) -> np.ndarray:
         prior = self._prior()
         new = expit(np.log(prior) - np.log1p(-prior) + stats[:, 0] - stats[:, 1])
-        self.change = float(np.max(np.abs(new - self.state)))
+        self._change = float(np.max(np.abs(new - self.state)))
         self.state = new
         return new
 
     def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
-        return self.change < self.tol
+        return self._change < self.tol
 
 
 class AggregateMulticlass(AggregateModel):
@@ -466,12 +466,12 @@ class AggregateReal(AggregateModel):
     def m_step(self, stats: np.ndarray) -> np.ndarray:
         num, den = stats[:, 0], stats[:, 1]
         new = np.divide(num, den, out=self.state.copy(), where=den > 0)
-        self.change = float(np.max(np.abs(new - self.state))) * (self.spec.high - self.spec.low)
+        self._change = float(np.max(np.abs(new - self.state))) * (self.spec.high - self.spec.low)
         self.state = new
         return new
 
     def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
-        return self.change < self.tol
+        return self._change < self.tol
 
     def truths(self) -> np.ndarray:
         """Truths in answer units."""

@@ -14,6 +14,10 @@ One EM iteration (docs/algorithms.md#secure-protocol):
 3. the requester combines the protected contributions into the sums, and only the sums;
 4. the requester computes the new posteriors and the class prior, and tests for convergence.
 
+The requester's loop is privtd's one EM loop, :func:`~privtd.inference._em.run_em`, on the
+requester's half of the model (:mod:`privtd.secure.models`) with :class:`SecureSum` as its
+executor: each call is one round, steps 1 to 3; step 4 is the model's M-step and stopping rule.
+
 Before EM, a first secure sum counts the answers per task; tasks with fewer than
 ``min_answers`` answers are left out of every later sum (their sums would be one or two workers'
 own terms); each worker refuses a ``min_answers`` under its own floor and, with masking, draws
