@@ -170,6 +170,18 @@ def test_masking_one_coin_equals_one_coin_dawid_skene_on_dog(dog: privtd.Answers
     np.testing.assert_allclose(mine, plain.weights_["weight"].to_numpy(), atol=1e-9)
 
 
+def test_paillier_one_coin_equals_masking_and_plain(dog: privtd.Answers) -> None:
+    answers = first_tasks(dog, 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        secure = SecureEM(model="one-coin", backend="paillier", max_iter=3, **SHORT)  # type: ignore[arg-type]
+        secure.fit(answers)
+        masked = SecureEM(model="one-coin", max_iter=3).fit(answers)
+        plain = OneCoinDawidSkene(max_iter=3).fit(answers)
+    assert np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max() <= bound(answers)
+    np.testing.assert_array_equal(secure.probas_, masked.probas_)
+
+
 @pytest.mark.parametrize("model", ["binary", "multiclass", "one-coin"])
 def test_the_requester_model_on_plain_sums_is_the_plain_em(
     dog: privtd.Answers, duchenne: privtd.Answers, model: str
