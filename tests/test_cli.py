@@ -540,6 +540,13 @@ def test_secure_em_command(dog, tmp_path, capsys):
     assert code == 0 and out_text.startswith("task,truth")
     code, _, err = run(["secure-em", str(small), "--backend", "rot13"], capsys)
     assert code != 0 and "Traceback" not in err
+    code, out_text, err = run(["secure-em", str(small), "--model", "one-coin", "-q"], capsys)
+    assert code == 0 and "secure-em (one-coin, masking)" in err, err
+    assert len(out_text.strip().splitlines()) == 81
+    # GLAD has no secure form: one line that says why.
+    code, _, err = run(["secure-em", str(small), "--model", "glad"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "GLAD is not available under the secure sum: its M-step fits" in err
 
 
 def test_a_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):

@@ -13,7 +13,8 @@ from scipy import stats
 
 import privtd
 from privtd.errors import ProtocolError, ValidationError
-from privtd.inference import DawidSkene, LatentClass, Raykar
+from privtd.inference import DawidSkene, LatentClass, OneCoinDawidSkene, Raykar
+from privtd.inference._em import run_em
 from privtd.secure import (
     DropoutError,
     InProcessTransport,
@@ -27,6 +28,7 @@ from privtd.secure import (
     split_by_worker,
 )
 from privtd.secure.masking import MaskingWorker
+from privtd.secure.models import AGGREGATE_MODELS, LOCAL_MODELS, LocalOneCoin
 from privtd.secure.paillier import Packing
 
 # Test-only key size: 512-bit Paillier is fast and breakable; the default is 2048, and anything
@@ -151,6 +153,56 @@ def test_masking_multiclass_equals_dawid_skene_on_dog(dog: privtd.Answers) -> No
     assert np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max() <= bound(dog)
     assert (secure.truths_ == plain.truths_).all()
     np.testing.assert_allclose(secure.objective_, plain.objective_, atol=1e-9)
+
+
+def test_masking_one_coin_equals_one_coin_dawid_skene_on_dog(dog: privtd.Answers) -> None:
+    # As the multiclass test above: the first 300 images, 100 workers, 7 EM rounds.
+    dog = first_tasks(dog, 300)
+    secure = SecureEM(model="one-coin").fit(dog)
+    plain = OneCoinDawidSkene().fit(dog)
+    assert secure.spec_.model == "one-coin" and secure.n_iter_ == plain.n_iter_
+    assert secure.converged_
+    assert np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max() <= bound(dog)
+    assert (secure.truths_ == plain.truths_).all()
+    np.testing.assert_allclose(secure.objective_, plain.objective_, atol=1e-9)
+    # Each worker's private accuracy is the plain M-step's.
+    mine = np.array([w.model.accuracy for w in secure.workers_])  # type: ignore[union-attr]
+    np.testing.assert_allclose(mine, plain.weights_["weight"].to_numpy(), atol=1e-9)
+
+
+def test_paillier_one_coin_equals_masking_and_plain(dog: privtd.Answers) -> None:
+    answers = first_tasks(dog, 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privtd.ConvergenceWarning)
+        secure = SecureEM(model="one-coin", backend="paillier", max_iter=3, **SHORT)  # type: ignore[arg-type]
+        secure.fit(answers)
+        masked = SecureEM(model="one-coin", max_iter=3).fit(answers)
+        plain = OneCoinDawidSkene(max_iter=3).fit(answers)
+    assert np.abs(secure.probas_.to_numpy() - plain.probas_.to_numpy()).max() <= bound(answers)
+    np.testing.assert_array_equal(secure.probas_, masked.probas_)
+
+
+@pytest.mark.parametrize("model", ["binary", "multiclass", "one-coin"])
+def test_the_requester_model_on_plain_sums_is_the_plain_em(
+    dog: privtd.Answers, duchenne: privtd.Answers, model: str
+) -> None:
+    # The requester's half is a model of privtd's one EM loop: on an executor that adds the
+    # workers' halves in the clear (no fixed point, no protocol) it is the plain estimator.
+    answers = first_tasks(duchenne if model == "binary" else dog, 100)
+    spec = SecureEM(model=model).spec_for(answers)
+    parts = [LOCAL_MODELS[model](spec, t, v) for t, v in split_by_worker(answers).values()]
+
+    class PlainSum:
+        def run(self, fn, params=None):  # type: ignore[no-untyped-def]
+            return sum(fn(part, None, params)[1] for part in parts)
+
+    aggregate = AGGREGATE_MODELS[model](spec, 1e-5 if model != "binary" else 1e-4)
+    fit = run_em(aggregate, PlainSum(), 500)
+    est = {"binary": LatentClass, "multiclass": DawidSkene, "one-coin": OneCoinDawidSkene}
+    plain = est[model]().fit(answers)
+    assert fit.converged and fit.n_iter == plain.n_iter_
+    proba = np.column_stack([1 - fit.params, fit.params]) if model == "binary" else fit.params
+    np.testing.assert_allclose(proba, plain.probas_.to_numpy(), atol=1e-9)
 
 
 def test_masking_real_equals_raykar_on_emotion(emotion: privtd.Answers) -> None:
@@ -327,6 +379,84 @@ def test_a_bad_contribution_voids_the_round(
 ) -> None:
     with pytest.raises(ProtocolError, match=message):
         faulty_run(first_tasks(duchenne, 100), fault)
+
+
+class Shifted(Worker):
+    """A worker that adds ``delta`` to one sum of every EM round: masked codes add, so it
+    passes no value through its own encoding check."""
+
+    def __init__(self, *args: object, delta: float, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.delta = delta
+
+    def handle(self, frame: bytes) -> bytes:
+        request = messages.decode(frame)
+        reply = messages.decode(super().handle(frame))
+        if request["type"] == "round" and request["phase"] == "em":
+            shift = fixed_point.encode([self.delta], fixed_point.FRACTION_BITS, abs(self.delta))
+            masked = reply["masked"].copy()
+            masked[:1] += shift
+            reply["masked"] = masked
+        return messages.encode(reply)
+
+
+def test_one_coin_range_is_its_largest_contribution() -> None:
+    spec = ModelSpec("one-coin", 2, 3)
+    assert spec.max_abs == pytest.approx(-np.log(1e-10)) and spec.n_sums == 3
+    worker = LocalOneCoin(spec, np.array([0, 1]), np.array([0, 2]))
+    largest = []
+    for accuracy in (0.0, 1e-12, 1.0 / 3, 1.0 - 1e-12, 1.0):
+        worker.accuracy = accuracy
+        largest.append(np.abs(worker.contribution()).max())
+    # A certain worker's wrong labels are at the clip: the range is reached, never passed.
+    assert max(largest) <= spec.max_abs and max(largest) == pytest.approx(spec.max_abs)
+
+
+@pytest.mark.parametrize("sign", [-1.0, 1.0])
+def test_an_out_of_range_one_coin_contribution_voids_the_round(
+    dog: privtd.Answers, sign: float
+) -> None:
+    answers = first_tasks(dog, 30)
+    held = split_by_worker(answers)
+    spec = SecureEM(model="one-coin").spec_for(answers)
+    assert spec.model == "one-coin"
+    # Below -n log(1e-10) (n workers' clipped log-probabilities), or above 0, no n honest
+    # workers' contributions can sum.
+    delta = sign * (len(held) + 1) * -np.log(1e-10)
+    workers = [
+        Shifted(w, t, v, delta=delta) if w == 0 else Worker(w, t, v) for w, (t, v) in held.items()
+    ]
+    rounds: list[str] = []
+    requester = Requester(
+        spec, InProcessTransport(workers), on_round=lambda r: rounds.append(r.phase)
+    )
+    with pytest.raises(ProtocolError, match="1 secure sum.* of the E-step round fall outside"):
+        requester.run()
+    # Refused by the requester's range check on the first EM round's sums (count rounds are
+    # not reported).
+    assert rounds == ["start"] and requester.rounds[-1].phase == "em"
+
+
+def test_the_secure_sum_runs_only_the_protocols_phases() -> None:
+    # Workers receive a phase's name, never code: any other step is refused before a round.
+    from privtd.secure.parties import SecureSum
+
+    with pytest.raises(ValidationError, match="runs only the protocol's phases \\(start, em\\)"):
+        SecureSum(None, None).run(lambda part, previous, params: (None, 0))  # type: ignore[arg-type]
+
+
+def test_every_secure_model_is_offered_by_the_cli() -> None:
+    from privtd.cli.secure import secure_em_cmd
+    from privtd.secure import MODELS
+
+    option = next(p for p in secure_em_cmd.params if p.name == "model")
+    assert set(option.type.choices) == {"auto", "glad", *MODELS}  # type: ignore[attr-defined]
+
+
+def test_glad_is_refused_with_the_reason(dog: privtd.Answers) -> None:
+    for make in (lambda: SecureEM(model="glad").fit(dog), lambda: ModelSpec("glad", 3)):
+        with pytest.raises(ValidationError, match="GLAD is not available under the secure sum"):
+            make()
 
 
 def test_a_bad_ciphertext_voids_the_round(duchenne: privtd.Answers) -> None:

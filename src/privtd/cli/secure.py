@@ -21,10 +21,12 @@ from ._common import (
 @click.argument("answers", type=click.Path(dir_okay=False))
 @click.option(
     "--model",
-    type=click.Choice(["auto", "binary", "multiclass", "real"]),
+    type=click.Choice(["auto", "binary", "multiclass", "one-coin", "real", "glad"]),
     default="auto",
     show_default=True,
-    help="Latent class model; 'auto': binary for 2 labels, multiclass for more, real for numbers.",
+    help="Latent class model; 'auto': binary for 2 labels, multiclass for more, real for numbers; "
+    "one-coin: one private accuracy per worker. glad is refused: its joint conjugate-gradient "
+    "M-step has no secure-sum form here (docs/secure.md).",
 )
 @click.option(
     "--backend",

@@ -14,6 +14,10 @@ One EM iteration (docs/algorithms.md#secure-protocol):
 3. the requester combines the protected contributions into the sums, and only the sums;
 4. the requester computes the new posteriors and the class prior, and tests for convergence.
 
+The requester's loop is privtd's one EM loop, :func:`~privtd.inference._em.run_em`, on the
+requester's half of the model (:mod:`privtd.secure.models`) with :class:`SecureSum` as its
+executor: each call is one round, steps 1 to 3; step 4 is the model's M-step and stopping rule.
+
 Before EM, a first secure sum counts the answers per task; tasks with fewer than
 ``min_answers`` answers are left out of every later sum (their sums would be one or two workers'
 own terms); each worker refuses a ``min_answers`` under its own floor and, with masking, draws
@@ -36,12 +40,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ..errors import DropoutError, ProtocolError, ValidationError
+from ..inference._em import Step, run_em
 from . import fixed_point, messages
 from .campaign import Campaign
 from .history import KEY_BYTES, RunRecord, WorkerHistory, fingerprints
@@ -53,10 +57,15 @@ from .models import (
     AggregateModel,
     LocalModel,
     ModelSpec,
+    local_start,
+    local_step,
 )
 from .paillier import KEY_BITS, PaillierAggregator, PaillierWorker, value_bits
 
 BACKENDS = ("masking", "paillier")
+#: The round phase that runs each of a model's per-part steps on the workers: the wire carries
+#: the phase's name, and each worker runs the step it names on its own answers.
+PHASES: dict[str, Step] = {"start": local_start, "em": local_step}
 #: Tasks with fewer answers than this are left out of every secure sum by default.
 MIN_ANSWERS = 3
 
@@ -348,18 +357,17 @@ class Worker:
         aggregate, last = self._aggregate, self._last_round
         if aggregate is None or last is None or last[0] not in ("start", "em"):
             raise ProtocolError(f"A {phase!r} request came before the start round.")
-        n_parties = len(self._last_participants)
         sums = self._verified_sums(message, aggregate.spec.n_tasks, aggregate.spec.n_sums)
+        aggregate.check(last[0], sums, len(self._last_participants))
         if last[0] == "start":
-            return np.array(aggregate.start(sums, n_parties))
-        aggregate.step(sums, n_parties)
-        return np.array(aggregate.state)
+            return np.array(aggregate.init(sums))
+        return np.array(aggregate.m_step(sums))
 
     def _broadcast_state(self, message: messages.Message) -> np.ndarray:
         """The posteriors as the requester sent them (Paillier: the worker cannot check them)."""
         assert self.model is not None
         spec = self.model.spec
-        shape = (spec.n_tasks, spec.n_labels) if spec.model == "multiclass" else (spec.n_tasks,)
+        shape = (spec.n_tasks, spec.n_labels) if spec.per_class else (spec.n_tasks,)
         state = messages.array(message, "state", "float64", shape)
         if not (np.isfinite(state).all() and state.min() >= 0.0 and state.max() <= 1.0):
             raise ProtocolError("The broadcast state must be finite and in [0, 1].")
@@ -397,7 +405,7 @@ class Worker:
         elif phase == "start":
             if self._last_round != ("count", 0) and self._last_round != ("start", 0):
                 raise ProtocolError("The start round comes once, right after the count round.")
-            values = model.start()
+            values = PHASES[phase](model, None, None)[1]
         elif phase == "em":
             if not self.verifies:
                 state = self._broadcast_state(message)
@@ -413,8 +421,7 @@ class Worker:
                     f"in, {self._last_round}."
                 )
             self._state_round, self._state = ("em", round_), state
-            model.update(state)
-            values = model.contribution()
+            values = PHASES[phase](model, None, state)[1]
         else:
             raise ProtocolError(f"Unknown round phase {phase!r}.")
         codes = fixed_point.encode(values, self._fraction_bits, model.spec.max_abs * (1 + 1e-12))
@@ -595,15 +602,9 @@ class Requester:
         try:
             self._setup()
             model = self._count()
-            start = self._secure_sums(0, "start", None)
-            self._timed(lambda: model.start(start, len(self.active)))
-            converged = False
-            n_iter = 0
-            for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-                sums = self._secure_sums(n_iter, "em", model.state)
-                converged = bool(self._timed(partial(model.step, sums, len(self.active))))
-                if converged:
-                    break
+            rounds = SecureSum(self, model)
+            fit = run_em(model, rounds, self.max_iter)
+            rounds.settle()
             self._broadcast({"type": "done", **self._shared(state=model.state)})
         finally:
             self.transport.close()
@@ -611,9 +612,9 @@ class Requester:
                 self.campaign.record(map(self._name, sorted(self.released_with)))
         return SecureRun(
             model.state,
-            n_iter,
-            converged,
-            model.objective,
+            fit.n_iter,
+            fit.converged,
+            fit.objective if model.records_objective else [],
             self.rounds,
             self.dropped,
             model,
@@ -622,17 +623,6 @@ class Requester:
         )
 
     # ------------------------------------------------------------------ steps
-    def _timed(self, step: Callable[[], Any]) -> Any:
-        """Run the requester's own step after a round, add its time to the round, report it."""
-        started = time.perf_counter()
-        out = step()
-        elapsed = time.perf_counter() - started
-        self.rounds[-1].requester_seconds += elapsed
-        self.rounds[-1].seconds += elapsed
-        if self.on_round is not None:
-            self.on_round(self.rounds[-1])
-        return out
-
     def _count(self) -> AggregateModel:
         """The first secure sum, of answered-indicators: keep the tasks with enough answers."""
         sums = self._secure_sums(0, "count", None)[:, 0]
@@ -726,6 +716,9 @@ class Requester:
         return reply
 
     def _secure_sums(self, round_: int, phase: str, state: np.ndarray | None) -> np.ndarray:
+        """One round: the workers' contributions of ``phase`` combined into their sums, and only
+        the sums (with masking, ``state`` is not sent: each worker computes it from the last
+        round's verified sums)."""
         if phase == "count":
             n_rows, n_cols = self.spec.n_tasks, 1
         else:
@@ -824,3 +817,54 @@ class Requester:
         if frame is None:
             raise ProtocolError("The Paillier key holder dropped out during decryption.")
         return self._reply(holder, frame, "plaintexts")
+
+
+class SecureSum:
+    """The executor of :func:`~privtd.inference._em.run_em` over the protocol: ``run`` is one
+    secure-sum round.
+
+    The parts are the workers and the step is named by its phase (:data:`PHASES`): the round
+    asks every worker to run it on its own answers, with the parameters (the posteriors) sent
+    only with Paillier (with masking each worker computes them itself from the last round's
+    verified sums); the requester combines the protected contributions into the per-task sums,
+    checks they are in the model's range, and returns them, which is all it learns. Each
+    round's cost record also counts the requester's own step that follows it (the model's
+    M-step and stopping test, run between two calls), reported to ``on_round`` once done.
+    """
+
+    def __init__(self, requester: Requester, model: AggregateModel) -> None:
+        self.requester = requester
+        self.model = model
+        self.n_em = 0
+        self._since: float | None = None  # when the last round's sums came back
+
+    def run(self, fn: Step, params: Any = None) -> np.ndarray:
+        phase = next((name for name, step in PHASES.items() if step is fn), None)
+        if phase is None:
+            raise ValidationError(
+                f"The secure sum runs only the protocol's phases ({', '.join(PHASES)}); "
+                f"{getattr(fn, '__name__', fn)!r} is not one of them."
+            )
+        self.settle()
+        if phase == "em":
+            self.n_em += 1
+        round_ = self.n_em if phase == "em" else 0
+        requester = self.requester
+        sums = requester._secure_sums(  # noqa: SLF001
+            round_, phase, params if phase == "em" else None
+        )
+        self._since = time.perf_counter()
+        self.model.check(phase, sums, len(requester.active))
+        return sums
+
+    def settle(self) -> None:
+        """Add the requester's step since the last round to that round's cost; report it."""
+        if self._since is None:
+            return
+        elapsed = time.perf_counter() - self._since
+        self._since = None
+        last = self.requester.rounds[-1]
+        last.requester_seconds += elapsed
+        last.seconds += elapsed
+        if self.requester.on_round is not None:
+            self.requester.on_round(last)

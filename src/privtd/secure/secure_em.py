@@ -26,7 +26,7 @@ from ..errors import ConvergenceWarning, ValidationError
 from . import fixed_point
 from .campaign import Campaign
 from .history import WorkerHistory
-from .models import MODELS, ModelSpec
+from .models import GLAD_REFUSED, MODELS, ModelSpec
 from .paillier import KEY_BITS
 from .parties import (
     BACKENDS,
@@ -74,15 +74,18 @@ class SecureEM:
 
     Parameters
     ----------
-    model : {"auto", "binary", "multiclass", "real"}
-        "auto" picks binary for two labels, multiclass for more, real for numeric answers.
+    model : {"auto", "binary", "multiclass", "one-coin", "real"}
+        "auto" picks binary for two labels, multiclass for more, real for numeric answers;
+        "one-coin" (one private accuracy per worker) is chosen by name. "glad" is refused:
+        its joint conjugate-gradient M-step has no secure-sum form here (docs/secure.md).
     backend : {"masking", "paillier"}
         The secure sum: pairwise masks (default, fast; workers verify every sum) or Paillier
         encryption (P2's choice; semi-honest requester only, see above).
     processes : bool
         One OS process per worker, over loopback sockets, instead of objects in this process.
     tol, max_iter
-        The stopping rule of the matching plain estimator (LatentClass, DawidSkene, Raykar).
+        The stopping rule of the matching plain estimator (LatentClass, DawidSkene,
+        OneCoinDawidSkene, Raykar).
     fraction_bits : int
         Fixed-point precision; each secure sum is off by at most ``J * 2**-(F+1)``.
     key_bits : int
@@ -184,6 +187,8 @@ class SecureEM:
 
     def spec_for(self, answers: Answers) -> ModelSpec:
         """The public description of a run on ``answers``."""
+        if self.model == "glad":
+            raise ValidationError(GLAD_REFUSED)
         if self.model not in ("auto", *MODELS):
             raise ValidationError(
                 f"Unknown model {self.model!r}. Choose auto, {', '.join(MODELS)}."
@@ -202,7 +207,7 @@ class SecureEM:
         if (model == "real") == answers.is_categorical:
             raise ValidationError(
                 f"The {model} model does not fit {answers.kind} answers. "
-                "Use real for numeric answers, binary or multiclass for labels."
+                "Use real for numeric answers, binary, multiclass or one-coin for labels."
             )
         low, high = 0.0, 1.0
         if model == "real":
