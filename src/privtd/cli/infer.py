@@ -293,79 +293,17 @@ def infer(
     mechanism that adds noise (exp-gaussian, laplace), a warning says when the noise is wider
     than the answers, with its expected error (docs/inference.md).
     """
-    from ..errors import NotNumericError
-    from ..inference import (
-        AWARE_METHOD,
-        AWARE_METHODS,
-        METHODS,
-        NO_AWARE_METHOD,
-        RELEASE_METHODS,
-        aware_method,
-        estimator_params,
-        make_estimator,
-    )
-
     _one_stdout(output=output, workers_output=workers_output, probas_output=probas_output)
-    mech_params = _parse_params(param)
-    report_labels: list[Any] | None = None
     calibrated = epsilon is not None
-    if mechanism_report is not None:
-        named, mech_params, report_labels = _read_report(mechanism_report)
-        if mechanism is not None and mechanism != named:
-            raise ValidationError(
-                f"-M {mechanism} disagrees with {mechanism_report!r}, which names {named}; drop -M."
-            )
-        if epsilon is not None or param:
-            raise ValidationError(
-                f"{mechanism_report!r} fixes the mechanism's parameters; drop -e and -p."
-            )
-        mechanism = named
-    # -p is the mechanism's; a KEY only the estimator takes is the old spelling (-P now),
-    # still accepted for one release once the method is known.
-    moved: dict[str, Any] = {}
-    if mechanism_report is not None:
-        pass  # the report's parameters are the mechanism's, as perturb built it
-    elif mechanism is not None:
-        keys = _mechanism_keys(mechanism, calibrated)
-        moved = {k: v for k, v in mech_params.items() if k not in keys}
-        mech_params = {k: v for k, v in mech_params.items() if k in keys}
-    else:
-        if epsilon is not None:
-            raise ValidationError("--epsilon needs --mechanism (or --mechanism-report).")
-        moved, mech_params = mech_params, {}
+    mechanism, mech_params, report_labels, moved = _mechanism_request(
+        mechanism, mechanism_report, epsilon, param, calibrated
+    )
     method_params = _parse_params(method_param, "-P/--method-param")
     if method is not None:
-        _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
+        _settle_moved(moved, method_params, method, mechanism, calibrated)
         moved = {}
-    if kind == "auto":
-        # The mechanism fixes the kind; so does a method that takes one kind only (integer
-        # population counts would otherwise be read as thousands of labels).
-        if mechanism is not None:
-            from ..mechanisms import MECHANISMS
-
-            kind = MECHANISMS[mechanism].kind
-        elif method is not None:
-            kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
-            kind = kinds[0] if len(kinds) == 1 else kind
-
-    for path in (output, workers_output, probas_output):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    if mechanism is None and method in AWARE_METHODS:
-        if method not in AWARE_WITHOUT_MECHANISM:
-            releases = " or ".join(k for k, v in AWARE_METHOD.items() if v == method)
-            raise ValidationError(
-                f"{method} reads the rows a mechanism ({releases}) released and needs it: give "
-                f"{_GIVE_MECHANISM}."
-            )
-        # Asked for by name, the aware form runs without a channel: say what that is.
-        click.echo(
-            f"privtd: note: {method} without a mechanism is {AWARE_WITHOUT_MECHANISM[method]}; "
-            f"to model the perturbation, give {_GIVE_MECHANISM}.",
-            err=True,
-        )
-    if gold and no_gold:
-        raise ValidationError("--gold and --no-gold contradict each other; give one.")
+    kind = _auto_kind(kind, mechanism, method)
+    _check_request(output, workers_output, probas_output, mechanism, method, gold, no_gold)
     if multi_label is not None:
         if mechanism or engine != "memory" or method is None:
             raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
@@ -393,63 +331,27 @@ def infer(
         single_task=single_task,
         single_worker=single_worker,
     )
-    parquet = output.lower().endswith((".parquet", ".pq"))
-    if parquet:
-        if engine != "dask":
-            raise ValidationError(
-                f"{output!r}: Parquet results are written by the Dask engine's workers. Add "
-                "--engine dask, or name a .csv output."
-            )
-        if probas_output:
-            raise ValidationError(
-                "With a Parquet --output the probabilities are in its files (p_<label> "
-                "columns); drop --probas-output."
-            )
-        if os.path.lexists(output):
-            raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
-        if decision is not None:
-            raise ValidationError(
-                "--decision re-reads the labels from the probabilities in memory; a Parquet "
-                "output is written by the workers. Name a .csv output, or drop --decision."
-            )
-    data: Any
-    export_gold = None
+    parquet = _check_parquet(output, engine, probas_output, decision)
+    columns = (task_col, worker_col, answer_col)
+    imported = None
     if engine == "dask":
-        from ..inference import distributed
-
-        if method is not None and method not in distributed.DISTRIBUTED_METHODS:
-            from ..inference import METHODS
-            from ..inference.distributed._fit import not_distributed
-
-            refusal = not_distributed(METHODS[method])
-            raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
-        if fmt not in ("auto", "long") or delimiter or keep_rejected:
-            raise ValidationError(
-                "--engine dask reads long CSV or Parquet tables only; read a platform export "
-                "without --engine dask, or convert it first (docs/formats.md)."
-            )
-        read.update(task=task_col or "task", worker=worker_col or "worker")
-        read.update(answer=answer_col or "answer")
-        if scheduler is None and (tls_ca_file or tls_cert or tls_key or allow_plain_tcp):
-            raise ValidationError(
-                "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
-                "--scheduler; the cluster started here makes its own certificate."
-            )
-        security = distributed.tls_security(tls_ca_file, tls_cert, tls_key)
-        if scheduler is not None:
-            distributed.check_scheduler(scheduler, security, allow_plain_tcp)
-        files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
-        client = click.get_current_context().with_resource(
-            distributed.connect(
-                scheduler=scheduler,
-                workers=workers,
-                memory_limit=memory_limit,
-                security=security,
-                allow_plain_tcp=allow_plain_tcp,
-                pass_timeout=pass_timeout or distributed.PASS_TIMEOUT,
-            )
+        tls = (tls_ca_file, tls_cert, tls_key)
+        data = _ingest_on_cluster(
+            answers,
+            method,
+            fmt,
+            delimiter,
+            keep_rejected,
+            columns,
+            read,
+            scheduler,
+            tls,
+            allow_plain_tcp,
+            pass_timeout,
+            workers,
+            partitions,
+            memory_limit,
         )
-        data = distributed.ingest(files, client, partitions=partitions, **read)
     else:
         dask_only = {
             "--scheduler": scheduler,
@@ -462,37 +364,280 @@ def infer(
             "--allow-plain-tcp": allow_plain_tcp,
             "--pass-timeout": pass_timeout,
         }
-        given = [name for name, value in dask_only.items() if value]
-        if given:
-            raise ValidationError(f"{', '.join(given)} need --engine dask.")
-        if Path(answers).is_dir():
-            raise ValidationError(
-                f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
-            )
-        if report_labels is not None and kind == "categorical":
-            read["labels"] = report_labels  # labels the release never drew are still labels
-        try:
-            imported = _read_answers(
-                answers, fmt, delimiter, task_col, worker_col, answer_col, keep_rejected, **read
-            )
-        except NotNumericError as exc:
-            because = (
-                f"the {mechanism} mechanism perturbs numbers"
-                if mechanism is not None
-                else f"{method} takes numbers"
-                if method is not None
-                else "they were read as numbers"
-            )
-            raise ValidationError(
-                f"{exc.found}: {because}. Fix them, or read them as labels (--kind "
-                "categorical) with a method for labels."
-            ) from None
+        imported = _read_in_memory(
+            answers,
+            fmt,
+            delimiter,
+            keep_rejected,
+            columns,
+            read,
+            report_labels,
+            kind,
+            mechanism,
+            method,
+            dask_only,
+        )
         data = imported.answers
-        export_gold = imported.gold
     for note in data.notes:
         click.echo(f"privtd: note: {note}", err=True)
     _warn_label_set(data, answer_col)
+    estimator, method, mech = _build_estimator(
+        data, method, method_params, mechanism, epsilon, mech_params, calibrated, moved
+    )
+    chosen = None
+    if decision is not None:
+        from ..inference.decision import parse_decision
+
+        if not data.is_categorical:
+            raise ValidationError("--decision picks among labels; these answers are numbers.")
+        chosen = parse_decision(decision, data.labels)  # a typo fails before the fit
+    gold_series = _gold_truths(gold, no_gold, imported)
+    elapsed = _fit(estimator, data, gold_series, method, engine, progress, output, parquet)
+    truths, rule = _write_results(
+        estimator, method, chosen, parquet, gold_series, output, workers_output, probas_output
+    )
+    _report(estimator, data, method, mechanism, mech, engine, truths, rule, elapsed, output)
+
+
+def _mechanism_request(
+    mechanism: str | None,
+    mechanism_report: str | None,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    calibrated: bool,
+) -> tuple[str | None, dict[str, Any], list[Any] | None, dict[str, Any]]:
+    """The mechanism asked for (by -M or by --mechanism-report), its parameters, the label set
+    of the report, and the -p KEYs the mechanism does not take (for the estimator, once the
+    method is known)."""
+    mech_params = _parse_params(param)
+    report_labels: list[Any] | None = None
+    if mechanism_report is not None:
+        named, mech_params, report_labels = _read_report(mechanism_report)
+        if mechanism is not None and mechanism != named:
+            raise ValidationError(
+                f"-M {mechanism} disagrees with {mechanism_report!r}, which names {named}; drop -M."
+            )
+        if epsilon is not None or param:
+            raise ValidationError(
+                f"{mechanism_report!r} fixes the mechanism's parameters; drop -e and -p."
+            )
+        mechanism = named
+    # -p is the mechanism's; a KEY only the estimator takes is the old spelling (-P now),
+    # still accepted for one release once the method is known.
+    moved: dict[str, Any] = {}
+    if mechanism_report is not None:
+        pass  # the report's parameters are the mechanism's, as perturb built it
+    elif mechanism is not None:
+        keys = _mechanism_keys(mechanism, calibrated)
+        moved = {k: v for k, v in mech_params.items() if k not in keys}
+        mech_params = {k: v for k, v in mech_params.items() if k in keys}
+    else:
+        if epsilon is not None:
+            raise ValidationError("--epsilon needs --mechanism (or --mechanism-report).")
+        moved, mech_params = mech_params, {}
+    return mechanism, mech_params, report_labels, moved
+
+
+def _auto_kind(kind: str, mechanism: str | None, method: str | None) -> str:
+    """``--kind auto`` settled where the mechanism fixes the kind, or a method that takes one
+    kind only (integer population counts would otherwise be read as thousands of labels)."""
+    if kind != "auto":
+        return kind
+    from ..inference import METHODS, RELEASE_METHODS
+
+    if mechanism is not None:
+        from ..mechanisms import MECHANISMS
+
+        return MECHANISMS[mechanism].kind
+    if method is not None:
+        kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
+        return kinds[0] if len(kinds) == 1 else kind
+    return kind
+
+
+def _check_request(
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+    mechanism: str | None,
+    method: str | None,
+    gold: str | None,
+    no_gold: bool,
+) -> None:
+    """Refuse what no answers can make work (a missing output folder, an aware method that
+    needs its mechanism, --gold with --no-gold) before reading them."""
+    from ..inference import AWARE_METHOD, AWARE_METHODS
+
+    for path in (output, workers_output, probas_output):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
+    if mechanism is None and method in AWARE_METHODS:
+        if method not in AWARE_WITHOUT_MECHANISM:
+            releases = " or ".join(k for k, v in AWARE_METHOD.items() if v == method)
+            raise ValidationError(
+                f"{method} reads the rows a mechanism ({releases}) released and needs it: give "
+                f"{_GIVE_MECHANISM}."
+            )
+        # Asked for by name, the aware form runs without a channel: say what that is.
+        click.echo(
+            f"privtd: note: {method} without a mechanism is {AWARE_WITHOUT_MECHANISM[method]}; "
+            f"to model the perturbation, give {_GIVE_MECHANISM}.",
+            err=True,
+        )
+    if gold and no_gold:
+        raise ValidationError("--gold and --no-gold contradict each other; give one.")
+
+
+def _check_parquet(
+    output: str, engine: str, probas_output: str | None, decision: str | None
+) -> bool:
+    """Whether the results go to a Parquet dataset (written by the Dask engine's workers),
+    refusing the options that cannot go with one."""
+    if not output.lower().endswith((".parquet", ".pq")):
+        return False
+    if engine != "dask":
+        raise ValidationError(
+            f"{output!r}: Parquet results are written by the Dask engine's workers. Add "
+            "--engine dask, or name a .csv output."
+        )
+    if probas_output:
+        raise ValidationError(
+            "With a Parquet --output the probabilities are in its files (p_<label> "
+            "columns); drop --probas-output."
+        )
+    if os.path.lexists(output):
+        raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
+    if decision is not None:
+        raise ValidationError(
+            "--decision re-reads the labels from the probabilities in memory; a Parquet "
+            "output is written by the workers. Name a .csv output, or drop --decision."
+        )
+    return True
+
+
+def _ingest_on_cluster(
+    answers: str,
+    method: str | None,
+    fmt: str,
+    delimiter: str | None,
+    keep_rejected: bool,
+    columns: tuple[str | None, str | None, str | None],
+    read: dict[str, Any],
+    scheduler: str | None,
+    tls: tuple[str | None, str | None, str | None],
+    allow_plain_tcp: bool,
+    pass_timeout: float | None,
+    workers: int | None,
+    partitions: int | None,
+    memory_limit: str | None,
+) -> Any:
+    """``--engine dask``: connect to (or start) the cluster, held open until the command ends,
+    and ingest ANSWERS there."""
+    from ..inference import distributed
+
+    if method is not None and method not in distributed.DISTRIBUTED_METHODS:
+        from ..inference import METHODS
+        from ..inference.distributed._fit import not_distributed
+
+        refusal = not_distributed(METHODS[method])
+        raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
+    if fmt not in ("auto", "long") or delimiter or keep_rejected:
+        raise ValidationError(
+            "--engine dask reads long CSV or Parquet tables only; read a platform export "
+            "without --engine dask, or convert it first (docs/formats.md)."
+        )
+    task_col, worker_col, answer_col = columns
+    read = {**read, "task": task_col or "task", "worker": worker_col or "worker"}
+    read.update(answer=answer_col or "answer")
+    tls_ca_file, tls_cert, tls_key = tls
+    if scheduler is None and (tls_ca_file or tls_cert or tls_key or allow_plain_tcp):
+        raise ValidationError(
+            "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
+            "--scheduler; the cluster started here makes its own certificate."
+        )
+    security = distributed.tls_security(tls_ca_file, tls_cert, tls_key)
+    if scheduler is not None:
+        distributed.check_scheduler(scheduler, security, allow_plain_tcp)
+    files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
+    client = click.get_current_context().with_resource(
+        distributed.connect(
+            scheduler=scheduler,
+            workers=workers,
+            memory_limit=memory_limit,
+            security=security,
+            allow_plain_tcp=allow_plain_tcp,
+            pass_timeout=pass_timeout or distributed.PASS_TIMEOUT,
+        )
+    )
+    return distributed.ingest(files, client, partitions=partitions, **read)
+
+
+def _read_in_memory(
+    answers: str,
+    fmt: str,
+    delimiter: str | None,
+    keep_rejected: bool,
+    columns: tuple[str | None, str | None, str | None],
+    read: dict[str, Any],
+    report_labels: list[Any] | None,
+    kind: str,
+    mechanism: str | None,
+    method: str | None,
+    dask_only: dict[str, Any],
+) -> Any:
+    """The in-memory engine: ANSWERS read from one file, with its export's golden tasks
+    (:class:`privtd.io.Imported`); the Dask engine's options (``dask_only``, flag -> value)
+    are refused."""
+    from ..errors import NotNumericError
+
+    given = [name for name, value in dask_only.items() if value]
+    if given:
+        raise ValidationError(f"{', '.join(given)} need --engine dask.")
+    if Path(answers).is_dir():
+        raise ValidationError(
+            f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
+        )
+    if report_labels is not None and kind == "categorical":
+        read = {**read, "labels": report_labels}  # labels the release never drew are still labels
+    try:
+        return _read_answers(answers, fmt, delimiter, *columns, keep_rejected, **read)
+    except NotNumericError as exc:
+        because = (
+            f"the {mechanism} mechanism perturbs numbers"
+            if mechanism is not None
+            else f"{method} takes numbers"
+            if method is not None
+            else "they were read as numbers"
+        )
+        raise ValidationError(
+            f"{exc.found}: {because}. Fix them, or read them as labels (--kind "
+            "categorical) with a method for labels."
+        ) from None
+
+
+def _build_estimator(
+    data: Any,
+    method: str | None,
+    method_params: dict[str, Any],
+    mechanism: str | None,
+    epsilon: float | None,
+    mech_params: dict[str, Any],
+    calibrated: bool,
+    moved: dict[str, Any],
+) -> tuple[Any, str, Any]:
+    """The estimator to fit, the method it runs (the mechanism's aware one where none was
+    named) and the mechanism built from the request (None without one)."""
+    from ..inference import (
+        AWARE_METHODS,
+        METHODS,
+        NO_AWARE_METHOD,
+        RELEASE_METHODS,
+        aware_method,
+        make_estimator,
+    )
+
     params: dict[str, Any] = {}
+    mech = None
     if mechanism is not None:
         from ..mechanisms import MECHANISMS, make_mechanism
 
@@ -515,25 +660,11 @@ def infer(
                     f"No perturbation-aware estimator for the {mechanism} mechanism: {why}. "
                     "Pass --method to pick one (P3's aggregator: sigma)."
                 )
-            _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
+            _settle_moved(moved, method_params, method, mechanism, calibrated)
         if method in AWARE_METHODS:
             params["mechanism"] = mech
         else:
-            # The user asked for a plain estimator: run it, but say the channel goes unused,
-            # and name the method's own aware form where it has one for this mechanism.
-            default = f"the perturbation-aware default ({aware_method(mech) or 'none'})"
-            form = AWARE_FORM.get(method) if mechanism in RANDOMIZED_RESPONSE else None
-            if form is None:
-                instead = f"leave out --method for {default}"
-            elif form == aware_method(mech):
-                instead = f"pass -m {form}, its perturbation-aware form (the default here)"
-            else:
-                instead = f"pass -m {form}, its perturbation-aware form, or leave out --method for "
-                instead += default
-            click.echo(
-                f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
-                err=True,
-            )
+            _note_channel_unused(method, mechanism, mech)
     if method is None:
         raise ValidationError("Pass --method, or --mechanism to use the perturbation-aware one.")
     kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
@@ -542,14 +673,33 @@ def infer(
             f"{method} takes {' or '.join(kinds)} answers; these were read as {data.kind}. "
             f"Pass --kind {kinds[0]}, or pick another method."
         )
-    estimator = make_estimator(method, **params, **method_params)
-    chosen = None
-    if decision is not None:
-        from ..inference.decision import parse_decision
+    return make_estimator(method, **params, **method_params), method, mech
 
-        if not data.is_categorical:
-            raise ValidationError("--decision picks among labels; these answers are numbers.")
-        chosen = parse_decision(decision, data.labels)  # a typo fails before the fit
+
+def _note_channel_unused(method: str, mechanism: str, mech: Any) -> None:
+    """The user asked for a plain estimator: run it, but say the channel goes unused, and name
+    the method's own aware form where it has one for this mechanism."""
+    from ..inference import aware_method
+
+    default = f"the perturbation-aware default ({aware_method(mech) or 'none'})"
+    form = AWARE_FORM.get(method) if mechanism in RANDOMIZED_RESPONSE else None
+    if form is None:
+        instead = f"leave out --method for {default}"
+    elif form == aware_method(mech):
+        instead = f"pass -m {form}, its perturbation-aware form (the default here)"
+    else:
+        instead = f"pass -m {form}, its perturbation-aware form, or leave out --method for "
+        instead += default
+    click.echo(
+        f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
+        err=True,
+    )
+
+
+def _gold_truths(gold: str | None, no_gold: bool, imported: Any) -> Any:
+    """The truths held fixed in the fit: --gold's file, else the export's golden tasks (unless
+    --no-gold), with a note on where the export's went."""
+    export_gold = None if imported is None else imported.gold
     gold_series = _read_truth_csv(gold) if gold else None if no_gold else export_gold
     if export_gold is not None and not no_gold:
         from ..io import FORMAT_LABELS
@@ -563,17 +713,47 @@ def infer(
             ),
             err=True,
         )
+    return gold_series
+
+
+def _fit(
+    estimator: Any,
+    data: Any,
+    gold_series: Any,
+    method: str,
+    engine: str,
+    progress: bool | None,
+    output: str,
+    parquet: bool,
+) -> float:
+    """Fit in memory or on the cluster, with the progress line; the seconds it took."""
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
     with _progress(show, f"{method}") as tick:
         estimator.progress = tick
         if engine == "dask":
+            from ..inference import distributed
+
             distributed.fit_distributed(
                 estimator, data, gold=gold_series, output=output if parquet else None
             )
         else:
             estimator.fit(data, gold=gold_series)
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def _write_results(
+    estimator: Any,
+    method: str,
+    chosen: tuple[str, Any] | None,
+    parquet: bool,
+    gold_series: Any,
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+) -> tuple[Any, str]:
+    """Write the truths (under --decision), the workers' weights and the probabilities; the
+    truths (None for a Parquet output) and the decision rule."""
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:
         raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
@@ -589,6 +769,22 @@ def infer(
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
     if probas_output and estimator.probas_ is not None:
         _atomic_csv(estimator.probas_.rename_axis("task"), probas_output, index=True)
+    return truths, rule
+
+
+def _report(
+    estimator: Any,
+    data: Any,
+    method: str,
+    mechanism: str | None,
+    mech: Any,
+    engine: str,
+    truths: Any,
+    rule: str,
+    elapsed: float,
+    output: str,
+) -> None:
+    """The summary line on stderr, and the notes and warnings on what the fit can tell."""
     status = "converged" if estimator.converged_ else "did not converge"
     click.echo(
         f"{method}: {data.n_tasks} tasks, {data.n_workers} workers, {data.n_answers} answers; "
@@ -604,12 +800,13 @@ def infer(
         if noisy:
             click.echo(f"privtd: warning: {noisy}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
+        from ..inference import AWARE_METHODS
         from ..inference.decision import fitted_prior, one_class_warning
 
         warning = one_class_warning(
             truths,
             data,
-            mechanism=params.get("mechanism"),
+            mechanism=mech if method in AWARE_METHODS else None,
             method=method,
             prior=fitted_prior(estimator),
             decision=rule,
@@ -641,10 +838,11 @@ def _settle_moved(
     method: str,
     mechanism: str | None,
     calibrated: bool,
-    estimator_params: Any,
 ) -> None:
     """Give the estimator the -p KEYs that only it takes (the spelling before -P), warning
     that it goes; any other KEY is unknown to both, and the error lists what each takes."""
+    from ..inference import estimator_params
+
     taken = estimator_params(method)
     for key, value in moved.items():
         if key not in taken:
