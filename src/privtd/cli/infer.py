@@ -15,6 +15,7 @@ from ..errors import ValidationError
 from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
+    TrackingGroup,
     _atomic_csv,
     _check_mechanism_keys,
     _mechanism_keys,
@@ -28,6 +29,7 @@ from ._common import (
     _read_truth_csv,
     _shown,
     _warn_label_set,
+    _with_hint,
     answer_source,
 )
 from ._names import MECHANISM_NAMES, METHOD_NAMES
@@ -798,7 +800,7 @@ def _report(
 
         noisy = noise_warning(mech, data)
         if noisy:
-            click.echo(f"privtd: warning: {noisy}", err=True)
+            click.echo(f"privtd: warning: {_with_hint(noisy, 'clip')}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
         from ..inference import AWARE_METHODS
         from ..inference.decision import fitted_prior, one_class_warning
@@ -812,7 +814,7 @@ def _report(
             decision=rule,
         )
         if warning:
-            click.echo(f"privtd: warning: {warning}", err=True)
+            click.echo(f"privtd: warning: {_with_hint(warning, 'decision')}", err=True)
 
 
 def _decided(estimator: Any, method: str, chosen: tuple[str, Any] | None) -> tuple[Any, str]:
@@ -1015,7 +1017,7 @@ def _metrics_text(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
-@click.group("datasets")
+@click.group("datasets", cls=TrackingGroup)
 def datasets_group() -> None:
     """List or export the bundled real datasets."""
 
