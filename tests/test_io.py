@@ -122,7 +122,9 @@ def test_toloka_conflicting_golden_answers_are_an_error(tmp_path):
 
 # ---------------------------------------------------------------------- MTurk
 def test_mturk_lists_its_answer_fields_and_reads_the_chosen_one():
-    with pytest.raises(SchemaError, match=r"\['sentiment.label', 'comments'\]; pick one with answer"):
+    with pytest.raises(
+        SchemaError, match=r"\['sentiment.label', 'comments'\]; pick one with answer"
+    ):
         Answers.from_mturk(MTURK)
     for name in ("sentiment.label", "Answer.sentiment.label"):
         data = Answers.from_mturk(MTURK, answer=name)

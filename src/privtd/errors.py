@@ -96,6 +96,9 @@ class ServiceError(PrivtdError):
         self.detail = detail
         self.transient = transient
 
+    def __reduce__(self) -> tuple[type, tuple[int, str], dict[str, object]]:  # across processes
+        return type(self), (self.status, self.detail), dict(self.__dict__)
+
 
 class ProtocolError(PrivtdError):
     """A party of the secure protocol sent a message that breaks the protocol (malformed, out of

@@ -588,6 +588,11 @@ def _with_hint(message: str, param: str | tuple[str, ...] | None) -> str:
     return f"{message[:-1]}{hint}." if message.endswith(".") else f"{message}{hint}"
 
 
+def _echo_note(note: str) -> None:
+    """A reader's note on stderr, with the option for the parameter it names (io's ``Note``)."""
+    click.echo(f"privtd: note: {_with_hint(note, getattr(note, 'param', None))}", err=True)
+
+
 def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
     text = _with_hint(str(message), getattr(message, "param", None))
     click.echo(f"privtd: warning: {text}", err=True)

@@ -18,6 +18,7 @@ from ._common import (
     TrackingGroup,
     _atomic_csv,
     _check_mechanism_keys,
+    _echo_note,
     _mechanism_keys,
     _mechanism_params,
     _note_pooled_interval,
@@ -381,7 +382,7 @@ def infer(
         )
         data = imported.answers
     for note in data.notes:
-        click.echo(f"privtd: note: {note}", err=True)
+        _echo_note(note)
     _warn_label_set(data, answer_col)
     estimator, method, mech = _build_estimator(
         data, method, method_params, mechanism, epsilon, mech_params, calibrated, moved

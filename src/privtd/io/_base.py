@@ -26,6 +26,22 @@ FORMAT_LABELS = {
 }
 
 
+class Note(str):
+    """A reader's note, a plain string that also names the parameter it is about (``param``,
+    as :class:`privtd.errors.PrivtdError` does), for a front end to point at its own
+    spelling."""
+
+    param: str | None
+
+    def __new__(cls, text: str, param: str | None = None) -> Note:
+        note = super().__new__(cls, text)
+        note.param = param
+        return note
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:  # pickles with its param
+        return type(self), (str(self), self.param)
+
+
 @dataclass(frozen=True, eq=False)
 class Imported:
     """Answers read from a file, with the golden tasks the file carries.
@@ -187,11 +203,14 @@ def build(
     return Imported(answers=answers, gold=gold, format=fmt)
 
 
-def drop_rows(frame: pd.DataFrame, mask: pd.Series, notes: list[str], why: str) -> pd.DataFrame:
-    """Leave out the rows of ``mask``, saying how many and why, so that nothing goes silently."""
+def drop_rows(
+    frame: pd.DataFrame, mask: pd.Series, notes: list[str], why: str, param: str | None = None
+) -> pd.DataFrame:
+    """Leave out the rows of ``mask``, saying how many and why (and ``param``, the parameter
+    that would keep them), so that nothing goes silently."""
     n = int(mask.sum())
     if n:
-        notes.append(f"left out {n} row(s) {why}")
+        notes.append(Note(f"left out {n} row(s) {why}", param))
         return frame[~mask.to_numpy()]
     return frame
 

@@ -93,7 +93,8 @@ def read_appen(
             frame,
             is_true(frame["_tainted"]),
             notes,
-            "of tainted judgments (--keep-rejected uses them)",
+            "of tainted judgments (keep_rejected uses them)",
+            "keep_rejected",
         )
     frame = drop_rows(frame, frame[field].isna(), notes, f"with an empty {field!r}")
     gold = None

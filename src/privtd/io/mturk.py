@@ -111,7 +111,11 @@ def read_mturk(
         rejected = frame["AssignmentStatus"].fillna("").str.strip().str.lower() == "rejected"
         checked = checked[~rejected.to_numpy()]
         frame = drop_rows(
-            frame, rejected, notes, "of Rejected assignments (--keep-rejected uses them)"
+            frame,
+            rejected,
+            notes,
+            "of Rejected assignments (keep_rejected uses them)",
+            "keep_rejected",
         )
     if group:
         values = _checked_option(path, frame, checked, group, field)

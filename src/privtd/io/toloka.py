@@ -85,7 +85,8 @@ def read_toloka(
                 frame,
                 rejected,
                 notes,
-                "of REJECTED assignments (--keep-rejected uses them)",
+                "of REJECTED assignments (keep_rejected uses them)",
+                "keep_rejected",
             )
             status = status[~rejected.to_numpy()]
         other = ~status.isin((*KEPT_STATUSES, "REJECTED"))
