@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -308,14 +308,10 @@ def infer(
     kind = _auto_kind(kind, mechanism, method)
     _check_request(output, workers_output, probas_output, mechanism, method, gold, no_gold)
     if multi_label is not None:
-        if mechanism or engine != "memory" or method is None:
-            raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
-        if decision is not None:
-            raise ValidationError(
-                "--decision reads one label per task; binary relevance decides each label on "
-                "its own. Drop --decision."
-            )
         _infer_multi_label(
+            mechanism,
+            engine,
+            decision,
             answers,
             method,
             multi_label,
@@ -335,50 +331,16 @@ def infer(
         single_worker=single_worker,
     )
     parquet = _check_parquet(output, engine, probas_output, decision)
-    columns = (task_col, worker_col, answer_col)
-    imported = None
+    source = _Source(fmt, delimiter, keep_rejected, task_col, worker_col, answer_col)
+    cluster = _ClusterOptions(
+        scheduler, workers, partitions, memory_limit, tls_ca_file, tls_cert, tls_key,
+        allow_plain_tcp, pass_timeout,
+    )  # fmt: skip
     if engine == "dask":
-        tls = (tls_ca_file, tls_cert, tls_key)
-        data = _ingest_on_cluster(
-            answers,
-            method,
-            fmt,
-            delimiter,
-            keep_rejected,
-            columns,
-            read,
-            scheduler,
-            tls,
-            allow_plain_tcp,
-            pass_timeout,
-            workers,
-            partitions,
-            memory_limit,
-        )
+        data, imported = _ingest_on_cluster(answers, method, source, read, cluster), None
     else:
-        dask_only = {
-            "--scheduler": scheduler,
-            "--workers": workers,
-            "--partitions": partitions,
-            "--memory-limit": memory_limit,
-            "--tls-ca-file": tls_ca_file,
-            "--tls-cert": tls_cert,
-            "--tls-key": tls_key,
-            "--allow-plain-tcp": allow_plain_tcp,
-            "--pass-timeout": pass_timeout,
-        }
         imported = _read_in_memory(
-            answers,
-            fmt,
-            delimiter,
-            keep_rejected,
-            columns,
-            read,
-            report_labels,
-            kind,
-            mechanism,
-            method,
-            dask_only,
+            answers, source, read, report_labels, kind, mechanism, method, cluster
         )
         data = imported.answers
     for note in data.notes:
@@ -387,13 +349,7 @@ def infer(
     estimator, method, mech = _build_estimator(
         data, method, method_params, mechanism, epsilon, mech_params, calibrated, moved
     )
-    chosen = None
-    if decision is not None:
-        from ..inference.decision import parse_decision
-
-        if not data.is_categorical:
-            raise ValidationError("--decision picks among labels; these answers are numbers.")
-        chosen = parse_decision(decision, data.labels)  # a typo fails before the fit
+    chosen = _parse_decision(decision, data)  # a typo fails before the fit
     gold_series = _gold_truths(gold, no_gold, imported)
     elapsed = _fit(estimator, data, gold_series, method, engine, progress, output, parquet)
     truths, rule = _write_results(
@@ -518,21 +474,41 @@ def _check_parquet(
     return True
 
 
+class _Source(NamedTuple):
+    """How to read ANSWERS: infer's format and column options."""
+
+    fmt: str
+    delimiter: str | None
+    keep_rejected: bool
+    task_col: str | None
+    worker_col: str | None
+    answer_col: str | None
+
+
+class _ClusterOptions(NamedTuple):
+    """infer's options for the Dask engine, each refused by the in-memory one."""
+
+    scheduler: str | None
+    workers: int | None
+    partitions: int | None
+    memory_limit: str | None
+    tls_ca_file: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    allow_plain_tcp: bool
+    pass_timeout: float | None
+
+    def given(self) -> list[str]:
+        """The flags of the options given, in the order above."""
+        return [f"--{name.replace('_', '-')}" for name, value in self._asdict().items() if value]
+
+
 def _ingest_on_cluster(
     answers: str,
     method: str | None,
-    fmt: str,
-    delimiter: str | None,
-    keep_rejected: bool,
-    columns: tuple[str | None, str | None, str | None],
+    source: _Source,
     read: dict[str, Any],
-    scheduler: str | None,
-    tls: tuple[str | None, str | None, str | None],
-    allow_plain_tcp: bool,
-    pass_timeout: float | None,
-    workers: int | None,
-    partitions: int | None,
-    memory_limit: str | None,
+    cluster: _ClusterOptions,
 ) -> Any:
     """``--engine dask``: connect to (or start) the cluster, held open until the command ends,
     and ingest ANSWERS there."""
@@ -544,56 +520,51 @@ def _ingest_on_cluster(
 
         refusal = not_distributed(METHODS[method])
         raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
-    if fmt not in ("auto", "long") or delimiter or keep_rejected:
+    if source.fmt not in ("auto", "long") or source.delimiter or source.keep_rejected:
         raise ValidationError(
             "--engine dask reads long CSV or Parquet tables only; read a platform export "
             "without --engine dask, or convert it first (docs/formats.md)."
         )
-    task_col, worker_col, answer_col = columns
-    read = {**read, "task": task_col or "task", "worker": worker_col or "worker"}
-    read.update(answer=answer_col or "answer")
-    tls_ca_file, tls_cert, tls_key = tls
-    if scheduler is None and (tls_ca_file or tls_cert or tls_key or allow_plain_tcp):
+    read = {**read, "task": source.task_col or "task", "worker": source.worker_col or "worker"}
+    read.update(answer=source.answer_col or "answer")
+    c = cluster
+    if c.scheduler is None and (c.tls_ca_file or c.tls_cert or c.tls_key or c.allow_plain_tcp):
         raise ValidationError(
             "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
             "--scheduler; the cluster started here makes its own certificate."
         )
-    security = distributed.tls_security(tls_ca_file, tls_cert, tls_key)
-    if scheduler is not None:
-        distributed.check_scheduler(scheduler, security, allow_plain_tcp)
+    security = distributed.tls_security(c.tls_ca_file, c.tls_cert, c.tls_key)
+    if c.scheduler is not None:
+        distributed.check_scheduler(c.scheduler, security, c.allow_plain_tcp)
     files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
     client = click.get_current_context().with_resource(
         distributed.connect(
-            scheduler=scheduler,
-            workers=workers,
-            memory_limit=memory_limit,
+            scheduler=c.scheduler,
+            workers=c.workers,
+            memory_limit=c.memory_limit,
             security=security,
-            allow_plain_tcp=allow_plain_tcp,
-            pass_timeout=pass_timeout or distributed.PASS_TIMEOUT,
+            allow_plain_tcp=c.allow_plain_tcp,
+            pass_timeout=c.pass_timeout or distributed.PASS_TIMEOUT,
         )
     )
-    return distributed.ingest(files, client, partitions=partitions, **read)
+    return distributed.ingest(files, client, partitions=c.partitions, **read)
 
 
 def _read_in_memory(
     answers: str,
-    fmt: str,
-    delimiter: str | None,
-    keep_rejected: bool,
-    columns: tuple[str | None, str | None, str | None],
+    source: _Source,
     read: dict[str, Any],
     report_labels: list[Any] | None,
     kind: str,
     mechanism: str | None,
     method: str | None,
-    dask_only: dict[str, Any],
+    cluster: _ClusterOptions,
 ) -> Any:
     """The in-memory engine: ANSWERS read from one file, with its export's golden tasks
-    (:class:`privtd.io.Imported`); the Dask engine's options (``dask_only``, flag -> value)
-    are refused."""
+    (:class:`privtd.io.Imported`); the Dask engine's options are refused."""
     from ..errors import NotNumericError
 
-    given = [name for name, value in dask_only.items() if value]
+    given = cluster.given()
     if given:
         raise ValidationError(f"{', '.join(given)} need --engine dask.")
     if Path(answers).is_dir():
@@ -603,7 +574,16 @@ def _read_in_memory(
     if report_labels is not None and kind == "categorical":
         read = {**read, "labels": report_labels}  # labels the release never drew are still labels
     try:
-        return _read_answers(answers, fmt, delimiter, *columns, keep_rejected, **read)
+        return _read_answers(
+            answers,
+            source.fmt,
+            source.delimiter,
+            source.task_col,
+            source.worker_col,
+            source.answer_col,
+            source.keep_rejected,
+            **read,
+        )
     except NotNumericError as exc:
         because = (
             f"the {mechanism} mechanism perturbs numbers"
@@ -697,6 +677,17 @@ def _note_channel_unused(method: str, mechanism: str, mech: Any) -> None:
         f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
         err=True,
     )
+
+
+def _parse_decision(decision: str | None, data: Any) -> tuple[str, Any] | None:
+    """``--decision``, parsed against the answers' labels: the rule and its costs."""
+    if decision is None:
+        return None
+    from ..inference.decision import parse_decision
+
+    if not data.is_categorical:
+        raise ValidationError("--decision picks among labels; these answers are numbers.")
+    return parse_decision(decision, data.labels)
 
 
 def _gold_truths(gold: str | None, no_gold: bool, imported: Any) -> Any:
@@ -1220,8 +1211,11 @@ def demo(dataset: str, mechanism_name: str, epsilon: float, seed: int) -> None:
 
 
 def _infer_multi_label(
+    mechanism: str | None,
+    engine: str,
+    decision: str | None,
     answers: str,
-    method: str,
+    method: str | None,
     sep: str,
     params: dict[str, Any],
     gold: str | None,
@@ -1230,7 +1224,15 @@ def _infer_multi_label(
     probas_output: str | None,
     columns: tuple[str, str, str],
 ) -> None:
-    """``privtd infer --multi-label SEP``: binary relevance over ``method``."""
+    """``privtd infer --multi-label SEP``: binary relevance over ``method`` (with no
+    mechanism, engine or decision, refused here)."""
+    if mechanism or engine != "memory" or method is None:
+        raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
+    if decision is not None:
+        raise ValidationError(
+            "--decision reads one label per task; binary relevance decides each label on "
+            "its own. Drop --decision."
+        )
     import pandas as pd
 
     from ..errors import SchemaError
