@@ -554,7 +554,7 @@ def _mechanism_key(name: str) -> bool:
     return name not in ("epsilon", "allow_float_leak") and any(
         name in inspect.signature(build).parameters
         for cls in MECHANISMS.values()
-        for build in (cls, cls.from_epsilon)
+        for build in (cls, getattr(cls, "from_epsilon", cls))
     )
 
 
@@ -582,7 +582,10 @@ def _flag_hint(param: str | tuple[str, ...] | None) -> str:
 
 def _with_hint(message: str, param: str | tuple[str, ...] | None) -> str:
     """The message with the flag hint, inside its closing period."""
-    hint = _flag_hint(param)
+    try:
+        hint = _flag_hint(param)
+    except Exception:  # the hint is a courtesy: a fault in it must not hide the message
+        hint = ""
     if not hint:
         return message
     return f"{message[:-1]}{hint}." if message.endswith(".") else f"{message}{hint}"
