@@ -646,7 +646,7 @@ class Worker:
             "again; the next submission goes on"
         )
         if isinstance(exc, ServiceError):
-            return ServiceError(exc.status, exc.detail + note)
+            return ServiceError(exc.status, exc.detail + note, param=exc.param)
         return BudgetExceededError(str(exc) + note)
 
     # ---------------------------------------------------------------- plumbing
