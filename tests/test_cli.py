@@ -596,7 +596,7 @@ def test_infer_told_krr_null_deconvolves(tmp_path, capsys):
     # Without the range, the one-line error names the flag that every command accepts.
     code, _, err = run(["infer", str(out), "-M", "krr-null", "-e", "3", "-o", "x.csv"], capsys)
     assert code == 2
-    assert err.strip().endswith("(CLI: --mechanism-param low=0 --mechanism-param high=4).")
+    assert err.strip().endswith("pass low and high (CLI: -p low=VALUE, -p high=VALUE).")
     for command in (["epsilon"], ["audit", "-n", "1000"]):
         code, _, err = run([*command, *mech], capsys)
         assert code == 0, err

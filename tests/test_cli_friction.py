@@ -270,7 +270,8 @@ def test_evaluate_refuses_labels_that_cannot_match(tmp_path, capsys):
     inferred.write_text("task,truth\nt1,1.0\nt2,0.0\nt3,1.0\n")
     reference.write_text("task,truth\nt1,yes\nt2,no\nt3,yes\n")
     line = one_line_error(*run(["evaluate", inferred, "--truth", reference], capsys)[::2])
-    assert "No inferred label is a reference label" in line and "--kind numeric" in line
+    assert "No inferred label is a reference label" in line and "kind='numeric'" in line
+    assert line.endswith("(CLI: --kind).")
     # One label on each side, all wrong, same type: a real score of 0, not a mismatch.
     inferred.write_text("task,truth\nt1,no\nt2,no\n")
     reference.write_text("task,truth\nt1,yes\nt2,yes\n")

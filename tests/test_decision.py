@@ -78,7 +78,7 @@ def test_parse_decision_reads_the_cli_syntax():
     assert parse_decision("cost=1:5", labels) == ("cost", {1: 5.0})
     assert parse_decision("cost=1>0:5,0>1:2", labels) == ("cost", {(1, 0): 5.0, (0, 1): 2.0})
     for text, message in [
-        ("mpa", "Unknown --decision 'mpa'"),
+        ("mpa", "Unknown decision 'mpa'. Write map, balanced"),
         ("cost=2:5", "names no label"),
         ("cost=1:x", "as LABEL:COST"),
         ("cost=1:-1", "as LABEL:COST"),
@@ -117,7 +117,8 @@ def test_map_collapses_on_the_skewed_crowd(skewed):
     )
     assert message is not None
     assert message.startswith("aware-ds labels 8,315 of 8,315 answered tasks '0', '1' on 0.0%")
-    assert "cannot overturn the learned class prior" in message and "--decision balanced" in message
+    assert "cannot overturn the learned class prior" in message
+    assert "decide by the 'balanced' rule" in message and "--" not in message
 
 
 def test_default_under_a_mechanism_does_not_collapse(skewed):
@@ -177,7 +178,8 @@ def test_infer_warns_in_one_line_when_map_collapses(skewed_files, capsys):
     assert len(warnings) == 1, err
     assert "labels 8,315 of 8,315 answered tasks '0'" in warnings[0]
     assert "against" in warnings[0] and "% of the answers" in warnings[0]
-    assert "--decision balanced" in warnings[0] and "epsilon and redundancy" in warnings[0]
+    assert "the 'balanced' rule" in warnings[0] and "epsilon and redundancy" in warnings[0]
+    assert warnings[0].endswith("raise epsilon (CLI: --decision).")
     assert set(pd.read_csv(out)["truth"]) == {0}
     # The default: balanced, no warning, both classes.
     code, _, err = run(args, capsys)

@@ -1164,7 +1164,8 @@ def test_more_workers_than_the_machine_runs_fail_fast(files, tmp_path, capsys):
     start = time.monotonic()
     code, _, err = run([*args, "--workers", "10000"], capsys)
     assert time.monotonic() - start < 5  # no cluster was started
-    assert code == 2 and f"--workers {max_workers()} or fewer" in err and "core" in err
+    assert code == 2 and f"workers={max_workers()} or fewer" in err and "core" in err
+    assert err.strip().endswith("(CLI: --workers, --scheduler).")
     assert len(err.strip().splitlines()) == 1 and not out.exists()
     assert 1 <= max_workers() <= 2 * (os.cpu_count() or 1)
 

@@ -122,7 +122,9 @@ def test_toloka_conflicting_golden_answers_are_an_error(tmp_path):
 
 # ---------------------------------------------------------------------- MTurk
 def test_mturk_lists_its_answer_fields_and_reads_the_chosen_one():
-    with pytest.raises(SchemaError, match=r"\['sentiment.label', 'comments'\].*--answer-col"):
+    with pytest.raises(
+        SchemaError, match=r"\['sentiment.label', 'comments'\]; pick one with answer"
+    ):
         Answers.from_mturk(MTURK)
     for name in ("sentiment.label", "Answer.sentiment.label"):
         data = Answers.from_mturk(MTURK, answer=name)
@@ -218,7 +220,7 @@ def test_appen_without_gold_columns_needs_the_question(tmp_path):
     frame = frame.drop(columns=["is_relevant_gold", "is_relevant_gold_reason"])
     path = tmp_path / "report.csv"
     frame.to_csv(path, index=False)
-    with pytest.raises(SchemaError, match=r"--answer-col .*\['is_relevant', 'query', 'url'\]"):
+    with pytest.raises(SchemaError, match=r"as question among \['is_relevant', 'query', 'url'\]"):
         io.read(str(path))
     data = io.read(str(path), answer="is_relevant")
     assert data.gold is None and data.answers.n_answers == 10
@@ -297,9 +299,9 @@ def test_infer_gold_flag_replaces_the_exports(tmp_path, capsys):
     [
         ([MTURK], "several answer fields ['sentiment.label', 'comments']"),
         ([TOLOKA, "--format", "appen"], "looks like a Toloka export, not Appen"),
-        ([TOLOKA, "--delimiter", "tab"], "--delimiter applies to a long table"),
+        ([TOLOKA, "--delimiter", "tab"], "Leave it out (CLI: --delimiter)."),
         ([APPEN, "--answer-col", "nope"], "has no question column 'nope'"),
-        ([LABEL_STUDIO, "--task-col", "id"], "leave out --task-col"),
+        ([LABEL_STUDIO, "--task-col", "id"], "(CLI: --task-col, --worker-col)."),
     ],
 )
 def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys, args, message):

@@ -57,8 +57,9 @@ def test_epsilon_formulas_for_more_labels():
 
 def test_two_layer_infeasible_is_an_error_with_the_fix():
     # s = 4, epsilon = 0 needs a + b = 1.5: with a = 0, b = 1.5 > 1.
-    with pytest.raises(ValidationError, match=r"Choose a in \[0.5, 0.75\] \(CLI: -p a=VALUE\)"):
+    with pytest.raises(ValidationError, match=r"Choose a in \[0.5, 0.75\], or leave a unset") as e:
         TwoLayerRR.from_epsilon(0.0, n_labels=4, a=0.0)
+    assert e.value.param == "a"  # the CLI names its own spelling, -p a=VALUE
     # Left unset, a is the paper's 0 where feasible, else the smallest feasible one.
     auto = TwoLayerRR.from_epsilon(0.0, n_labels=4)
     assert (auto.a, auto.b) == (pytest.approx(0.5), 1.0) and auto.epsilon == pytest.approx(0.0)
@@ -84,7 +85,7 @@ def test_two_layer_infeasible_is_an_error_with_the_fix():
         (
             lambda: make_mechanism("one-layer", 1.0, bogus=2),
             "Bad parameter for mechanism 'one-layer': it takes no parameter 'bogus' "
-            r"\(its parameters: n_labels;",
+            r"\(its parameters: n_labels\)",
         ),
         (lambda: make_mechanism("one-layer"), "it needs f or an epsilon"),
         (lambda: make_mechanism("two-layer", a=0.1), "it needs b or an epsilon"),

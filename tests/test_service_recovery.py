@@ -126,7 +126,9 @@ def test_campaign_create_on_the_command_line_refuses_and_takes_the_remedies(live
     ]  # fmt: skip
     code, _, err = cli(create, capsys)
     assert code != 0 and "Traceback" not in err
-    assert "spends epsilon 108" in err and "--max-answers 100" in err
+    assert "spends epsilon 108" in err and "max_answers_per_worker=100" in err
+    # The server's refusal names the parameters; the CLI names its own options for them.
+    assert err.strip().endswith("(CLI: --max-answers, --workers-raise-ceiling).")
     code, out, _ = cli([*create, "--max-answers", "100"], capsys)
     assert code == 0, out
     code, _, err = cli([*create, "--workers-raise-ceiling"], capsys)

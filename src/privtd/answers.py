@@ -299,8 +299,8 @@ class Answers:
             if on_missing == "error":
                 raise ValidationError(
                     f"{int(na.sum())} row(s) have a missing task, worker or answer (first: row "
-                    f"{first}, missing {where}). Fill them, or pass on_missing='drop' "
-                    "(CLI: --on-missing drop)."
+                    f"{first}, missing {where}). Fill them, or pass on_missing='drop'.",
+                    param="on_missing",
                 )
             keep = ~na
             if not keep.any():
@@ -483,14 +483,16 @@ class Answers:
         if policy == "error":
             raise ValidationError(
                 f"{int(single.sum())} {axis}(s) have exactly one answer (first: "
-                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or 'drop' "
-                f"(CLI: --single-{axis} keep|drop)."
+                f"{index[int(np.flatnonzero(single)[0])]!r}). Pass single_{axis}='keep' or "
+                "'drop'.",
+                param=f"single_{axis}",
             )
         keep = ~single[codes]
         if not keep.any():
             raise ValidationError(
                 f"Every {axis} has exactly one answer, so single_{axis}='drop' leaves nothing. "
-                f"Use single_{axis}='keep' (CLI: --single-{axis} keep)."
+                f"Use single_{axis}='keep'.",
+                param=f"single_{axis}",
             )
         return self.subset(keep, f"dropped {int(single.sum())} {axis}(s) with a single answer")
 
@@ -680,18 +682,18 @@ def _resolve_duplicates(
     if policy == "error":
         raise ValidationError(
             f"{n_extra} answer(s) repeat a (task, worker) pair (first: {example}). Pass "
-            "on_duplicate='first', 'last' or 'majority' (numeric: 'mean') to merge them "
-            "(CLI: --on-duplicate)."
+            "on_duplicate='first', 'last' or 'majority' (numeric: 'mean') to merge them.",
+            param="on_duplicate",
         )
     if policy == "majority" and labels is None:
         raise ValidationError(
-            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers "
-            "(CLI: --on-duplicate mean)."
+            "on_duplicate='majority' needs categorical answers; use 'mean' for numbers.",
+            param="on_duplicate",
         )
     if policy == "mean" and labels is not None:
         raise ValidationError(
-            "on_duplicate='mean' needs numeric answers; use 'majority' for labels "
-            "(CLI: --on-duplicate majority)."
+            "on_duplicate='mean' needs numeric answers; use 'majority' for labels.",
+            param="on_duplicate",
         )
     if policy in ("first", "last"):
         keep = ~pd.Series(pair).duplicated(keep="first" if policy == "first" else "last").to_numpy()

@@ -243,7 +243,9 @@ def audit_worker(
     if isinstance(mechanism, MFPerturbation):
         raise ValidationError(
             "The worker-level audit covers mechanisms that perturb each answer with the worker's "
-            "draw; mf solves one objective per worker. Audit mf per answer (no --answers)."
+            "draw; mf solves one objective per worker. Audit mf per answer (audit, not "
+            "audit_worker).",
+            param="per_worker",
         )
     for name, value, least in (("answers", answers, 1), ("differ", differ, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -251,7 +253,8 @@ def audit_worker(
     if differ > answers:
         raise ValidationError(
             f"differ must be at most answers: the neighbours differ in {differ} of {answers} "
-            "answers. Lower --differ or raise --answers."
+            "answers. Lower differ or raise answers.",
+            param=("differ", "answers"),
         )
     if not isinstance(samples, int) or samples < 100:
         raise ValidationError(f"samples must be an int >= 100. Got {samples!r}.")

@@ -297,13 +297,15 @@ class Ceiling:
                 f"{per_answer_words(unit, k, 'your')}, above your ceiling of "
                 f"{self.per_answer:g} ({self.path}); nothing was perturbed or sent. Send at most "
                 f"{fits} per submission (each submission draws afresh), or raise the ceiling "
-                "with 'privtd client ceiling --per-answer X' only if you accept that."
+                "(Ceiling.set(per_answer=X)) only if you accept that.",
+                param="per_answer",
             )
         raise CeilingExceededError(
             f"Refused here: campaign {name!r} perturbs with epsilon {eps:.4g} "
             f"{per_answer_words(unit, k, 'your')}, above your ceiling of {self.per_answer:g} "
-            f"({self.path}); nothing was sent. Raise it with 'privtd client ceiling "
-            "--per-answer X' only if you accept that."
+            f"({self.path}); nothing was sent. Raise it (Ceiling.set(per_answer=X)) only if "
+            "you accept that.",
+            param="per_answer",
         )
 
     def check_spend(self, key: str, campaign_total: float) -> None:
@@ -644,7 +646,7 @@ class Worker:
             "again; the next submission goes on"
         )
         if isinstance(exc, ServiceError):
-            return ServiceError(exc.status, exc.detail + note)
+            return ServiceError(exc.status, exc.detail + note, param=exc.param)
         return BudgetExceededError(str(exc) + note)
 
     # ---------------------------------------------------------------- plumbing
@@ -817,7 +819,8 @@ class Requester:
                     f"the aggregation run {run['run_id']} is still {run['status']} after "
                     f"{timeout:g} s (iteration {run['iteration']} of {run['max_iter']}); it goes "
                     "on on the server: read it later (Requester.run, Requester.results) or wait "
-                    "longer (timeout=, privtd campaign aggregate --timeout).",
+                    "longer (timeout).",
+                    param="timeout",
                 )
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             run = self.run(campaign_id, run["run_id"])
@@ -877,7 +880,7 @@ def _request(
                     detail = _detail(response)
                     if response.status_code == 409 and "budget" in detail:
                         raise BudgetExceededError(detail)
-                    raise ServiceError(response.status_code, detail)
+                    raise ServiceError(response.status_code, detail, param=_param(response))
                 # 204 (a revoked token) has no body.
                 return response.json() if response.content else None
             if attempt == retries:
@@ -885,6 +888,19 @@ def _request(
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _param(response: Any) -> str | tuple[str, ...] | None:
+    """The parameter a refusal names (the service's ``param`` field), or None."""
+    try:
+        param = response.json().get("param")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(param, str):
+        return param
+    if isinstance(param, list) and all(isinstance(p, str) for p in param):
+        return tuple(param)
+    return None
 
 
 def _detail(response: Any) -> str:

@@ -87,7 +87,8 @@ def evaluate(
             raise ValidationError(
                 f"Every reference task ({len(held)}) had its truth held fixed as gold, so the "
                 "score would be perfect by construction. Score against tasks the fit was not "
-                "given (infer: leave them out of --gold, or --no-gold for an export's)."
+                "given: leave them out of the fit's gold.",
+                param="gold",
             )
         reference = reference.drop(held)
     common = reference.index.intersection(truths.index)
@@ -239,5 +240,6 @@ def _check_label_overlap(inferred: pd.Series, ref: pd.Series) -> None:
     raise ValidationError(
         f"No inferred label is a reference label (inferred: {sorted(mine)[:4]}, reference: "
         f"{sorted(theirs)[:4]}), so accuracy would be 0 by construction. Write both with the "
-        "same labels; for numbers compare as numbers (kind='numeric'; CLI: --kind numeric)."
+        "same labels; for numbers compare as numbers (kind='numeric').",
+        param="kind",
     )

@@ -234,7 +234,8 @@ class Crowd:
         if not answers.is_categorical:
             raise ValidationError(
                 "A categorical plan's pilot needs labels; these answers are numbers. Plan numeric "
-                "answers with --kind numeric and --noise."
+                "answers with NumericCrowd.from_noise (their range and a worker's noise).",
+                param=("kind", "noise"),
             )
         if answers.n_answers == 0:
             raise ValidationError("The pilot has no answers. Give a pilot with answers.")

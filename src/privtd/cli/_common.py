@@ -463,7 +463,24 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+#: The commands resolved in this run, the one that runs last: main's error handler names its
+#: option for the parameter an error is about (:func:`_flag_hint`).
+_running: list[click.Command] = []
+
+
+class TrackingGroup(click.Group):
+    """A group that records the subcommand it runs, for :func:`_flag_hint`."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            _running.append(command)
+        return name, command, rest
+
+
+class LazyGroup(TrackingGroup):
     """A group that imports a command's module only when that command is asked for, so that
     ``privtd infer`` does not load the service's or the secure protocol's code."""
 
@@ -484,8 +501,104 @@ def cli() -> None:
     """privtd: privacy-preserving truth discovery for crowdsourcing."""
 
 
+#: Library parameter names the CLI spells otherwise: the name of the click parameter that sets
+#: them, where a command has it.
+OPTION_OF_PARAM = {
+    "method_params": "method_param",
+    "mechanism_params": "param",
+    "format": "fmt",
+    "task": "task_col",
+    "worker": "worker_col",
+    "answer": "answer_col",
+    "question": "answer_col",
+    "ca_file": "tls_ca_file",
+    "cert": "tls_cert",
+    "key": "tls_key",
+    "max_answers_per_worker": "max_answers",
+}
+
+
+#: Hints a command gives for a parameter its own options do not set: command path (as typed
+#: after privtd) -> {library parameter: hint}. Looked up before the command's options.
+COMMAND_HINTS = {
+    "evaluate": {"gold": "privtd infer --gold, or --no-gold for an export's"},
+    "infer": {"clip": "privtd perturb --clip LOW,HIGH"},
+    "serve": {"requester_token": "privtd requester rotate --db URL ID"},
+    "requester revoke": {"requester_id": "privtd requester list --db URL"},
+    "requester rotate": {"requester_id": "privtd requester list --db URL"},
+    "campaign create": {"max_epsilon": "the operator's privtd serve --max-epsilon"},
+}
+
+#: Hints for parameters only another command sets, whichever command runs; looked up after
+#: the command's own options.
+ELSEWHERE_HINTS = {
+    "per_answer": "privtd client ceiling --per-answer X",
+    "lifetime": "privtd client ceiling --lifetime X",
+}
+
+
+def _option_text(option: click.Option) -> str:
+    """``-P/--method-param``: the short spelling and the first long one."""
+    short = [o for o in option.opts if not o.startswith("--")]
+    long = [o for o in option.opts if o.startswith("--")]
+    return "/".join(short[:1] + long[:1])
+
+
+def _mechanism_key(name: str) -> bool:
+    """Whether ``name`` is a parameter ``-p KEY=VALUE`` sets: one some mechanism is built
+    with (:func:`_mechanism_keys` leaves out the same two)."""
+    import inspect
+
+    from ..mechanisms import MECHANISMS
+
+    return name not in ("epsilon", "allow_float_leak") and any(
+        name in inspect.signature(build).parameters
+        for cls in MECHANISMS.values()
+        for build in (cls, getattr(cls, "from_epsilon", cls))
+    )
+
+
+def _flag_hint(param: str | tuple[str, ...] | None) -> str:
+    """``(CLI: --on-missing)``: the option(s) of the command being run that set the library
+    parameter(s) an error names; empty where the command has none."""
+    if not param or not _running:
+        return ""
+    command = _running[-1]
+    options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+    fixed = COMMAND_HINTS.get(" ".join(c.name or "" for c in _running), {})
+    flags = []
+    for name in (param,) if isinstance(param, str) else param:
+        option = options.get(OPTION_OF_PARAM.get(name, name)) or options.get(name)
+        if name in fixed:
+            flags.append(fixed[name])
+        elif option is not None:
+            flags.append(_option_text(option))
+        elif "param" in options and _mechanism_key(name):
+            flags.append(f"-p {name}=VALUE")
+        elif name in ELSEWHERE_HINTS:
+            flags.append(ELSEWHERE_HINTS[name])
+    return f" (CLI: {', '.join(flags)})" if flags else ""
+
+
+def _with_hint(message: str, param: str | tuple[str, ...] | None) -> str:
+    """The message with the flag hint, inside its closing period."""
+    try:
+        hint = _flag_hint(param)
+    except Exception:  # the hint is a courtesy: a fault in it must not hide the message
+        hint = ""
+    if not hint:
+        return message
+    return f"{message[:-1]}{hint}." if message.endswith(".") else f"{message}{hint}"
+
+
+def _echo_note(note: str) -> None:
+    """A reader's note on stderr, with the option for the parameter it names (io's ``Note``)."""
+    click.echo(f"privtd: note: {_with_hint(note, getattr(note, 'param', None))}", err=True)
+
+
 def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    click.echo(f"privtd: warning: {message}", err=True)
+    text = _with_hint(str(message), getattr(message, "param", None))
+    click.echo(f"privtd: warning: {text}", err=True)
 
 
 def _is_parser_error(exc: Exception) -> bool:
@@ -498,6 +611,7 @@ def _is_parser_error(exc: Exception) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning every expected failure into one line and exit code 2."""
     warnings.showwarning = _show_warning
+    _running.clear()
     try:
         cli.main(args=argv, prog_name="privtd", standalone_mode=False)
     except click.exceptions.Abort:
@@ -506,7 +620,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except PrivtdError as exc:
-        _fail(str(exc))
+        _fail(_with_hint(str(exc), exc.param))
     except ImportError as exc:
         if "pip install" not in str(exc):  # not a missing extra: a bug, handled below
             if os.environ.get("PRIVTD_DEBUG"):

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -15,8 +15,10 @@ from ..errors import ValidationError
 from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
+    TrackingGroup,
     _atomic_csv,
     _check_mechanism_keys,
+    _echo_note,
     _mechanism_keys,
     _mechanism_params,
     _note_pooled_interval,
@@ -28,6 +30,7 @@ from ._common import (
     _read_truth_csv,
     _shown,
     _warn_label_set,
+    _with_hint,
     answer_source,
 )
 from ._names import MECHANISM_NAMES, METHOD_NAMES
@@ -293,22 +296,80 @@ def infer(
     mechanism that adds noise (exp-gaussian, laplace), a warning says when the noise is wider
     than the answers, with its expected error (docs/inference.md).
     """
-    from ..errors import NotNumericError
-    from ..inference import (
-        AWARE_METHOD,
-        AWARE_METHODS,
-        METHODS,
-        NO_AWARE_METHOD,
-        RELEASE_METHODS,
-        aware_method,
-        estimator_params,
-        make_estimator,
-    )
-
     _one_stdout(output=output, workers_output=workers_output, probas_output=probas_output)
+    calibrated = epsilon is not None
+    mechanism, mech_params, report_labels, moved = _mechanism_request(
+        mechanism, mechanism_report, epsilon, param, calibrated
+    )
+    method_params = _parse_params(method_param, "-P/--method-param")
+    if method is not None:
+        _settle_moved(moved, method_params, method, mechanism, calibrated)
+        moved = {}
+    kind = _auto_kind(kind, mechanism, method)
+    _check_request(output, workers_output, probas_output, mechanism, method, gold, no_gold)
+    if multi_label is not None:
+        _infer_multi_label(
+            mechanism,
+            engine,
+            decision,
+            answers,
+            method,
+            multi_label,
+            _parse_params(method_param, "-P/--method-param"),
+            gold,
+            output,
+            workers_output,
+            probas_output,
+            (task_col or "task", worker_col or "worker", answer_col or "answer"),
+        )
+        return
+    read: dict[str, Any] = dict(
+        kind=kind,
+        on_duplicate=on_duplicate,
+        on_missing=on_missing,
+        single_task=single_task,
+        single_worker=single_worker,
+    )
+    parquet = _check_parquet(output, engine, probas_output, decision)
+    source = _Source(fmt, delimiter, keep_rejected, task_col, worker_col, answer_col)
+    cluster = _ClusterOptions(
+        scheduler, workers, partitions, memory_limit, tls_ca_file, tls_cert, tls_key,
+        allow_plain_tcp, pass_timeout,
+    )  # fmt: skip
+    if engine == "dask":
+        data, imported = _ingest_on_cluster(answers, method, source, read, cluster), None
+    else:
+        imported = _read_in_memory(
+            answers, source, read, report_labels, kind, mechanism, method, cluster
+        )
+        data = imported.answers
+    for note in data.notes:
+        _echo_note(note)
+    _warn_label_set(data, answer_col)
+    estimator, method, mech = _build_estimator(
+        data, method, method_params, mechanism, epsilon, mech_params, calibrated, moved
+    )
+    chosen = _parse_decision(decision, data)  # a typo fails before the fit
+    gold_series = _gold_truths(gold, no_gold, imported)
+    elapsed = _fit(estimator, data, gold_series, method, engine, progress, output, parquet)
+    truths, rule = _write_results(
+        estimator, method, chosen, parquet, gold_series, output, workers_output, probas_output
+    )
+    _report(estimator, data, method, mechanism, mech, engine, truths, rule, elapsed, output)
+
+
+def _mechanism_request(
+    mechanism: str | None,
+    mechanism_report: str | None,
+    epsilon: float | None,
+    param: tuple[str, ...],
+    calibrated: bool,
+) -> tuple[str | None, dict[str, Any], list[Any] | None, dict[str, Any]]:
+    """The mechanism asked for (by -M or by --mechanism-report), its parameters, the label set
+    of the report, and the -p KEYs the mechanism does not take (for the estimator, once the
+    method is known)."""
     mech_params = _parse_params(param)
     report_labels: list[Any] | None = None
-    calibrated = epsilon is not None
     if mechanism_report is not None:
         named, mech_params, report_labels = _read_report(mechanism_report)
         if mechanism is not None and mechanism != named:
@@ -333,20 +394,38 @@ def infer(
         if epsilon is not None:
             raise ValidationError("--epsilon needs --mechanism (or --mechanism-report).")
         moved, mech_params = mech_params, {}
-    method_params = _parse_params(method_param, "-P/--method-param")
-    if method is not None:
-        _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
-        moved = {}
-    if kind == "auto":
-        # The mechanism fixes the kind; so does a method that takes one kind only (integer
-        # population counts would otherwise be read as thousands of labels).
-        if mechanism is not None:
-            from ..mechanisms import MECHANISMS
+    return mechanism, mech_params, report_labels, moved
 
-            kind = MECHANISMS[mechanism].kind
-        elif method is not None:
-            kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
-            kind = kinds[0] if len(kinds) == 1 else kind
+
+def _auto_kind(kind: str, mechanism: str | None, method: str | None) -> str:
+    """``--kind auto`` settled where the mechanism fixes the kind, or a method that takes one
+    kind only (integer population counts would otherwise be read as thousands of labels)."""
+    if kind != "auto":
+        return kind
+    from ..inference import METHODS, RELEASE_METHODS
+
+    if mechanism is not None:
+        from ..mechanisms import MECHANISMS
+
+        return MECHANISMS[mechanism].kind
+    if method is not None:
+        kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
+        return kinds[0] if len(kinds) == 1 else kind
+    return kind
+
+
+def _check_request(
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+    mechanism: str | None,
+    method: str | None,
+    gold: str | None,
+    no_gold: bool,
+) -> None:
+    """Refuse what no answers can make work (a missing output folder, an aware method that
+    needs its mechanism, --gold with --no-gold) before reading them."""
+    from ..inference import AWARE_METHOD, AWARE_METHODS
 
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
@@ -366,133 +445,182 @@ def infer(
         )
     if gold and no_gold:
         raise ValidationError("--gold and --no-gold contradict each other; give one.")
-    if multi_label is not None:
-        if mechanism or engine != "memory" or method is None:
-            raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
-        if decision is not None:
-            raise ValidationError(
-                "--decision reads one label per task; binary relevance decides each label on "
-                "its own. Drop --decision."
-            )
-        _infer_multi_label(
-            answers,
-            method,
-            multi_label,
-            _parse_params(method_param, "-P/--method-param"),
-            gold,
-            output,
-            workers_output,
-            probas_output,
-            (task_col or "task", worker_col or "worker", answer_col or "answer"),
+
+
+def _check_parquet(
+    output: str, engine: str, probas_output: str | None, decision: str | None
+) -> bool:
+    """Whether the results go to a Parquet dataset (written by the Dask engine's workers),
+    refusing the options that cannot go with one."""
+    if not output.lower().endswith((".parquet", ".pq")):
+        return False
+    if engine != "dask":
+        raise ValidationError(
+            f"{output!r}: Parquet results are written by the Dask engine's workers. Add "
+            "--engine dask, or name a .csv output."
         )
-        return
-    read: dict[str, Any] = dict(
-        kind=kind,
-        on_duplicate=on_duplicate,
-        on_missing=on_missing,
-        single_task=single_task,
-        single_worker=single_worker,
+    if probas_output:
+        raise ValidationError(
+            "With a Parquet --output the probabilities are in its files (p_<label> "
+            "columns); drop --probas-output."
+        )
+    if os.path.lexists(output):
+        raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
+    if decision is not None:
+        raise ValidationError(
+            "--decision re-reads the labels from the probabilities in memory; a Parquet "
+            "output is written by the workers. Name a .csv output, or drop --decision."
+        )
+    return True
+
+
+class _Source(NamedTuple):
+    """How to read ANSWERS: infer's format and column options."""
+
+    fmt: str
+    delimiter: str | None
+    keep_rejected: bool
+    task_col: str | None
+    worker_col: str | None
+    answer_col: str | None
+
+
+class _ClusterOptions(NamedTuple):
+    """infer's options for the Dask engine, each refused by the in-memory one."""
+
+    scheduler: str | None
+    workers: int | None
+    partitions: int | None
+    memory_limit: str | None
+    tls_ca_file: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    allow_plain_tcp: bool
+    pass_timeout: float | None
+
+    def given(self) -> list[str]:
+        """The flags of the options given, in the order above."""
+        return [f"--{name.replace('_', '-')}" for name, value in self._asdict().items() if value]
+
+
+def _ingest_on_cluster(
+    answers: str,
+    method: str | None,
+    source: _Source,
+    read: dict[str, Any],
+    cluster: _ClusterOptions,
+) -> Any:
+    """``--engine dask``: connect to (or start) the cluster, held open until the command ends,
+    and ingest ANSWERS there."""
+    from ..inference import distributed
+
+    if method is not None and method not in distributed.DISTRIBUTED_METHODS:
+        from ..inference import METHODS
+        from ..inference.distributed._fit import not_distributed
+
+        refusal = not_distributed(METHODS[method])
+        raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
+    if source.fmt not in ("auto", "long") or source.delimiter or source.keep_rejected:
+        raise ValidationError(
+            "--engine dask reads long CSV or Parquet tables only; read a platform export "
+            "without --engine dask, or convert it first (docs/formats.md)."
+        )
+    read = {**read, "task": source.task_col or "task", "worker": source.worker_col or "worker"}
+    read.update(answer=source.answer_col or "answer")
+    c = cluster
+    if c.scheduler is None and (c.tls_ca_file or c.tls_cert or c.tls_key or c.allow_plain_tcp):
+        raise ValidationError(
+            "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
+            "--scheduler; the cluster started here makes its own certificate."
+        )
+    security = distributed.tls_security(c.tls_ca_file, c.tls_cert, c.tls_key)
+    if c.scheduler is not None:
+        distributed.check_scheduler(c.scheduler, security, c.allow_plain_tcp)
+    files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
+    client = click.get_current_context().with_resource(
+        distributed.connect(
+            scheduler=c.scheduler,
+            workers=c.workers,
+            memory_limit=c.memory_limit,
+            security=security,
+            allow_plain_tcp=c.allow_plain_tcp,
+            pass_timeout=c.pass_timeout or distributed.PASS_TIMEOUT,
+        )
     )
-    parquet = output.lower().endswith((".parquet", ".pq"))
-    if parquet:
-        if engine != "dask":
-            raise ValidationError(
-                f"{output!r}: Parquet results are written by the Dask engine's workers. Add "
-                "--engine dask, or name a .csv output."
-            )
-        if probas_output:
-            raise ValidationError(
-                "With a Parquet --output the probabilities are in its files (p_<label> "
-                "columns); drop --probas-output."
-            )
-        if os.path.lexists(output):
-            raise ValidationError(f"{output!r} exists. Remove it or pick another name.")
-        if decision is not None:
-            raise ValidationError(
-                "--decision re-reads the labels from the probabilities in memory; a Parquet "
-                "output is written by the workers. Name a .csv output, or drop --decision."
-            )
-    data: Any
-    export_gold = None
-    if engine == "dask":
-        from ..inference import distributed
+    return distributed.ingest(files, client, partitions=c.partitions, **read)
 
-        if method is not None and method not in distributed.DISTRIBUTED_METHODS:
-            from ..inference import METHODS
-            from ..inference.distributed._fit import not_distributed
 
-            refusal = not_distributed(METHODS[method])
-            raise ValidationError(f"-m {method}: {refusal} Leave out --engine dask.")
-        if fmt not in ("auto", "long") or delimiter or keep_rejected:
-            raise ValidationError(
-                "--engine dask reads long CSV or Parquet tables only; read a platform export "
-                "without --engine dask, or convert it first (docs/formats.md)."
-            )
-        read.update(task=task_col or "task", worker=worker_col or "worker")
-        read.update(answer=answer_col or "answer")
-        if scheduler is None and (tls_ca_file or tls_cert or tls_key or allow_plain_tcp):
-            raise ValidationError(
-                "--tls-ca-file, --tls-cert, --tls-key and --allow-plain-tcp go with a "
-                "--scheduler; the cluster started here makes its own certificate."
-            )
-        security = distributed.tls_security(tls_ca_file, tls_cert, tls_key)
-        if scheduler is not None:
-            distributed.check_scheduler(scheduler, security, allow_plain_tcp)
-        files = distributed.resolve_files(answers)  # a wrong path fails before any cluster
-        client = click.get_current_context().with_resource(
-            distributed.connect(
-                scheduler=scheduler,
-                workers=workers,
-                memory_limit=memory_limit,
-                security=security,
-                allow_plain_tcp=allow_plain_tcp,
-                pass_timeout=pass_timeout or distributed.PASS_TIMEOUT,
-            )
+def _read_in_memory(
+    answers: str,
+    source: _Source,
+    read: dict[str, Any],
+    report_labels: list[Any] | None,
+    kind: str,
+    mechanism: str | None,
+    method: str | None,
+    cluster: _ClusterOptions,
+) -> Any:
+    """The in-memory engine: ANSWERS read from one file, with its export's golden tasks
+    (:class:`privtd.io.Imported`); the Dask engine's options are refused."""
+    from ..errors import NotNumericError
+
+    given = cluster.given()
+    if given:
+        raise ValidationError(f"{', '.join(given)} need --engine dask.")
+    if Path(answers).is_dir():
+        raise ValidationError(
+            f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
         )
-        data = distributed.ingest(files, client, partitions=partitions, **read)
-    else:
-        dask_only = {
-            "--scheduler": scheduler,
-            "--workers": workers,
-            "--partitions": partitions,
-            "--memory-limit": memory_limit,
-            "--tls-ca-file": tls_ca_file,
-            "--tls-cert": tls_cert,
-            "--tls-key": tls_key,
-            "--allow-plain-tcp": allow_plain_tcp,
-            "--pass-timeout": pass_timeout,
-        }
-        given = [name for name, value in dask_only.items() if value]
-        if given:
-            raise ValidationError(f"{', '.join(given)} need --engine dask.")
-        if Path(answers).is_dir():
-            raise ValidationError(
-                f"{answers!r} is a directory. Pass a file, or --engine dask for a directory."
-            )
-        if report_labels is not None and kind == "categorical":
-            read["labels"] = report_labels  # labels the release never drew are still labels
-        try:
-            imported = _read_answers(
-                answers, fmt, delimiter, task_col, worker_col, answer_col, keep_rejected, **read
-            )
-        except NotNumericError as exc:
-            because = (
-                f"the {mechanism} mechanism perturbs numbers"
-                if mechanism is not None
-                else f"{method} takes numbers"
-                if method is not None
-                else "they were read as numbers"
-            )
-            raise ValidationError(
-                f"{exc.found}: {because}. Fix them, or read them as labels (--kind "
-                "categorical) with a method for labels."
-            ) from None
-        data = imported.answers
-        export_gold = imported.gold
-    for note in data.notes:
-        click.echo(f"privtd: note: {note}", err=True)
-    _warn_label_set(data, answer_col)
+    if report_labels is not None and kind == "categorical":
+        read = {**read, "labels": report_labels}  # labels the release never drew are still labels
+    try:
+        return _read_answers(
+            answers,
+            source.fmt,
+            source.delimiter,
+            source.task_col,
+            source.worker_col,
+            source.answer_col,
+            source.keep_rejected,
+            **read,
+        )
+    except NotNumericError as exc:
+        because = (
+            f"the {mechanism} mechanism perturbs numbers"
+            if mechanism is not None
+            else f"{method} takes numbers"
+            if method is not None
+            else "they were read as numbers"
+        )
+        raise ValidationError(
+            f"{exc.found}: {because}. Fix them, or read them as labels (--kind "
+            "categorical) with a method for labels."
+        ) from None
+
+
+def _build_estimator(
+    data: Any,
+    method: str | None,
+    method_params: dict[str, Any],
+    mechanism: str | None,
+    epsilon: float | None,
+    mech_params: dict[str, Any],
+    calibrated: bool,
+    moved: dict[str, Any],
+) -> tuple[Any, str, Any]:
+    """The estimator to fit, the method it runs (the mechanism's aware one where none was
+    named) and the mechanism built from the request (None without one)."""
+    from ..inference import (
+        AWARE_METHODS,
+        METHODS,
+        NO_AWARE_METHOD,
+        RELEASE_METHODS,
+        aware_method,
+        make_estimator,
+    )
+
     params: dict[str, Any] = {}
+    mech = None
     if mechanism is not None:
         from ..mechanisms import MECHANISMS, make_mechanism
 
@@ -515,25 +643,11 @@ def infer(
                     f"No perturbation-aware estimator for the {mechanism} mechanism: {why}. "
                     "Pass --method to pick one (P3's aggregator: sigma)."
                 )
-            _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
+            _settle_moved(moved, method_params, method, mechanism, calibrated)
         if method in AWARE_METHODS:
             params["mechanism"] = mech
         else:
-            # The user asked for a plain estimator: run it, but say the channel goes unused,
-            # and name the method's own aware form where it has one for this mechanism.
-            default = f"the perturbation-aware default ({aware_method(mech) or 'none'})"
-            form = AWARE_FORM.get(method) if mechanism in RANDOMIZED_RESPONSE else None
-            if form is None:
-                instead = f"leave out --method for {default}"
-            elif form == aware_method(mech):
-                instead = f"pass -m {form}, its perturbation-aware form (the default here)"
-            else:
-                instead = f"pass -m {form}, its perturbation-aware form, or leave out --method for "
-                instead += default
-            click.echo(
-                f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
-                err=True,
-            )
+            _note_channel_unused(method, mechanism, mech)
     if method is None:
         raise ValidationError("Pass --method, or --mechanism to use the perturbation-aware one.")
     kinds = (METHODS.get(method) or RELEASE_METHODS[method]).kinds
@@ -542,14 +656,44 @@ def infer(
             f"{method} takes {' or '.join(kinds)} answers; these were read as {data.kind}. "
             f"Pass --kind {kinds[0]}, or pick another method."
         )
-    estimator = make_estimator(method, **params, **method_params)
-    chosen = None
-    if decision is not None:
-        from ..inference.decision import parse_decision
+    return make_estimator(method, **params, **method_params), method, mech
 
-        if not data.is_categorical:
-            raise ValidationError("--decision picks among labels; these answers are numbers.")
-        chosen = parse_decision(decision, data.labels)  # a typo fails before the fit
+
+def _note_channel_unused(method: str, mechanism: str, mech: Any) -> None:
+    """The user asked for a plain estimator: run it, but say the channel goes unused, and name
+    the method's own aware form where it has one for this mechanism."""
+    from ..inference import aware_method
+
+    default = f"the perturbation-aware default ({aware_method(mech) or 'none'})"
+    form = AWARE_FORM.get(method) if mechanism in RANDOMIZED_RESPONSE else None
+    if form is None:
+        instead = f"leave out --method for {default}"
+    elif form == aware_method(mech):
+        instead = f"pass -m {form}, its perturbation-aware form (the default here)"
+    else:
+        instead = f"pass -m {form}, its perturbation-aware form, or leave out --method for "
+        instead += default
+    click.echo(
+        f"privtd: note: {method} does not model the {mechanism} mechanism; {instead}.",
+        err=True,
+    )
+
+
+def _parse_decision(decision: str | None, data: Any) -> tuple[str, Any] | None:
+    """``--decision``, parsed against the answers' labels: the rule and its costs."""
+    if decision is None:
+        return None
+    from ..inference.decision import parse_decision
+
+    if not data.is_categorical:
+        raise ValidationError("--decision picks among labels; these answers are numbers.")
+    return parse_decision(decision, data.labels)
+
+
+def _gold_truths(gold: str | None, no_gold: bool, imported: Any) -> Any:
+    """The truths held fixed in the fit: --gold's file, else the export's golden tasks (unless
+    --no-gold), with a note on where the export's went."""
+    export_gold = None if imported is None else imported.gold
     gold_series = _read_truth_csv(gold) if gold else None if no_gold else export_gold
     if export_gold is not None and not no_gold:
         from ..io import FORMAT_LABELS
@@ -563,17 +707,47 @@ def infer(
             ),
             err=True,
         )
+    return gold_series
+
+
+def _fit(
+    estimator: Any,
+    data: Any,
+    gold_series: Any,
+    method: str,
+    engine: str,
+    progress: bool | None,
+    output: str,
+    parquet: bool,
+) -> float:
+    """Fit in memory or on the cluster, with the progress line; the seconds it took."""
     show = sys.stderr.isatty() if progress is None else progress
     start = time.perf_counter()
     with _progress(show, f"{method}") as tick:
         estimator.progress = tick
         if engine == "dask":
+            from ..inference import distributed
+
             distributed.fit_distributed(
                 estimator, data, gold=gold_series, output=output if parquet else None
             )
         else:
             estimator.fit(data, gold=gold_series)
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def _write_results(
+    estimator: Any,
+    method: str,
+    chosen: tuple[str, Any] | None,
+    parquet: bool,
+    gold_series: Any,
+    output: str,
+    workers_output: str | None,
+    probas_output: str | None,
+) -> tuple[Any, str]:
+    """Write the truths (under --decision), the workers' weights and the probabilities; the
+    truths (None for a Parquet output) and the decision rule."""
     # Check every requested output before writing any, so a failure leaves no partial set.
     if probas_output and estimator.probas_ is None:
         raise ValidationError(f"Method {method!r} gives no probabilities; drop --probas-output.")
@@ -589,6 +763,22 @@ def infer(
         _atomic_csv(estimator.weights_.rename_axis("worker"), workers_output, index=True)
     if probas_output and estimator.probas_ is not None:
         _atomic_csv(estimator.probas_.rename_axis("task"), probas_output, index=True)
+    return truths, rule
+
+
+def _report(
+    estimator: Any,
+    data: Any,
+    method: str,
+    mechanism: str | None,
+    mech: Any,
+    engine: str,
+    truths: Any,
+    rule: str,
+    elapsed: float,
+    output: str,
+) -> None:
+    """The summary line on stderr, and the notes and warnings on what the fit can tell."""
     status = "converged" if estimator.converged_ else "did not converge"
     click.echo(
         f"{method}: {data.n_tasks} tasks, {data.n_workers} workers, {data.n_answers} answers; "
@@ -602,20 +792,21 @@ def infer(
 
         noisy = noise_warning(mech, data)
         if noisy:
-            click.echo(f"privtd: warning: {noisy}", err=True)
+            click.echo(f"privtd: warning: {_with_hint(noisy, 'clip')}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
+        from ..inference import AWARE_METHODS
         from ..inference.decision import fitted_prior, one_class_warning
 
         warning = one_class_warning(
             truths,
             data,
-            mechanism=params.get("mechanism"),
+            mechanism=mech if method in AWARE_METHODS else None,
             method=method,
             prior=fitted_prior(estimator),
             decision=rule,
         )
         if warning:
-            click.echo(f"privtd: warning: {warning}", err=True)
+            click.echo(f"privtd: warning: {_with_hint(warning, 'decision')}", err=True)
 
 
 def _decided(estimator: Any, method: str, chosen: tuple[str, Any] | None) -> tuple[Any, str]:
@@ -641,10 +832,11 @@ def _settle_moved(
     method: str,
     mechanism: str | None,
     calibrated: bool,
-    estimator_params: Any,
 ) -> None:
     """Give the estimator the -p KEYs that only it takes (the spelling before -P), warning
     that it goes; any other KEY is unknown to both, and the error lists what each takes."""
+    from ..inference import estimator_params
+
     taken = estimator_params(method)
     for key, value in moved.items():
         if key not in taken:
@@ -817,7 +1009,7 @@ def _metrics_text(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
-@click.group("datasets")
+@click.group("datasets", cls=TrackingGroup)
 def datasets_group() -> None:
     """List or export the bundled real datasets."""
 
@@ -1019,8 +1211,11 @@ def demo(dataset: str, mechanism_name: str, epsilon: float, seed: int) -> None:
 
 
 def _infer_multi_label(
+    mechanism: str | None,
+    engine: str,
+    decision: str | None,
     answers: str,
-    method: str,
+    method: str | None,
     sep: str,
     params: dict[str, Any],
     gold: str | None,
@@ -1029,7 +1224,15 @@ def _infer_multi_label(
     probas_output: str | None,
     columns: tuple[str, str, str],
 ) -> None:
-    """``privtd infer --multi-label SEP``: binary relevance over ``method``."""
+    """``privtd infer --multi-label SEP``: binary relevance over ``method`` (with no
+    mechanism, engine or decision, refused here)."""
+    if mechanism or engine != "memory" or method is None:
+        raise ValidationError("--multi-label needs --method and no --mechanism or --engine.")
+    if decision is not None:
+        raise ValidationError(
+            "--decision reads one label per task; binary relevance decides each label on "
+            "its own. Drop --decision."
+        )
     import pandas as pd
 
     from ..errors import SchemaError

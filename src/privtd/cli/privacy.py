@@ -16,6 +16,7 @@ from ._common import (
     ON_DUPLICATE,
     _atomic_csv,
     _check_mechanism_keys,
+    _echo_note,
     _mechanism_keys,
     _mechanism_params,
     _one_stdout,
@@ -180,7 +181,7 @@ def perturb(
         ) from None
     data = imported.answers
     for note in data.notes:
-        click.echo(f"privtd: note: {note}", err=True)
+        _echo_note(note)
     if imported.gold is not None:
         click.echo(
             f"privtd: note: kept the {len(imported.gold)} golden task(s) of {answers!r} in the "

@@ -13,6 +13,7 @@ from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
     _atomic_csv,
+    _echo_note,
     _one_stdout,
 )
 
@@ -168,7 +169,7 @@ def secure_em_cmd(
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
     data = Answers.from_path(answers, kind=kind, on_duplicate=on_duplicate)
     for note in data.notes:
-        click.echo(f"privtd: note: {note}", err=True)
+        _echo_note(note)
     n_workers = data.n_workers
 
     def report(stats: RoundStats) -> None:

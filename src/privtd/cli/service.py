@@ -11,6 +11,7 @@ import click
 
 from ..errors import ValidationError
 from ._common import (
+    TrackingGroup,
     _atomic_csv,
     _note_pooled_interval,
     _parse_params,
@@ -214,7 +215,7 @@ DB = click.option(
 )
 
 
-@click.group()
+@click.group(cls=TrackingGroup)
 def requester() -> None:
     """The server operator's side: list requesters, revoke or replace a requester's token.
 
@@ -270,7 +271,7 @@ TOKEN = click.option(
 )
 
 
-@click.group()
+@click.group(cls=TrackingGroup)
 def campaign() -> None:
     """A requester's side of the service: create a campaign, issue its enrolment codes,
     aggregate its reports; list your campaigns, show a campaign's runs, export its reports."""
@@ -659,7 +660,7 @@ LEDGER = click.option(
 )
 
 
-@click.group()
+@click.group(cls=TrackingGroup)
 def client() -> None:
     """A worker's side of the service: enrol, then perturb here and submit."""
 

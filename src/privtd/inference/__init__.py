@@ -263,7 +263,8 @@ def make_estimator(method: str, **params: _typing.Any) -> "Estimator":
     if unknown:
         raise _ValidationError(
             f"unknown parameter {unknown[0]!r} for method {method}; it takes: "
-            f"{', '.join(accepted) or 'none'} (CLI: -P/--method-param KEY=VALUE)."
+            f"{', '.join(accepted) or 'none'}.",
+            param="method_params",
         )
     try:
         return cls(**params)

@@ -40,7 +40,8 @@ def flip_law(
     if expected != n_labels:
         raise ValidationError(
             f"The mechanism was built for {expected} labels; these answers have {n_labels}. "
-            f"Build it with n_labels={n_labels} (CLI: --mechanism-param n_labels={n_labels})."
+            f"Build it with n_labels={n_labels}.",
+            param="n_labels",
         )
     if isinstance(mechanism, OneLayerRR):
         return np.array([float(mechanism.f)]), np.ones(1)

@@ -140,8 +140,8 @@ def cost_matrix(costs: Costs, labels: Sequence[Hashable] | pd.Index) -> np.ndarr
     pairs = [isinstance(key, tuple) and len(key) == 2 for key in keys]
     if any(pairs) and not all(pairs):
         raise ValidationError(
-            "costs mixes per-class and per-pair entries; give one kind (CLI: cost=1:5 or "
-            "cost=1>0:5)."
+            "costs mixes per-class and per-pair entries; give one kind ({1: 5} or {(1, 0): 5}).",
+            param="costs",
         )
     position = {label: i for i, label in enumerate(index)}
 
@@ -228,7 +228,9 @@ def decide(
                 f"{prior_array.shape}."
             )
     if rule == "cost" and costs is None:
-        raise ValidationError("The 'cost' decision needs costs (CLI: --decision cost=LABEL:COST).")
+        raise ValidationError(
+            "The 'cost' decision needs costs: pass costs={LABEL: COST}.", param="decision"
+        )
     cost = cost_matrix(costs, labels) if rule == "cost" else None  # type: ignore[arg-type]
     codes = decision_codes(mu, rule, prior_array, cost)
     return pd.Series(labels.take(codes), index=probas.index, name="truth")
@@ -242,11 +244,11 @@ def parse_decision(text: str, labels: Sequence[Hashable] | pd.Index) -> tuple[st
     if text in ("map", "balanced"):
         return text, None
     how = (
-        "Write --decision map, balanced, cost=LABEL:COST,... (a miss of LABEL costs COST, others "
-        "1) or cost=TRUTH>DECIDED:COST,... (deciding DECIDED when the truth is TRUTH)"
+        "Write map, balanced, cost=LABEL:COST,... (a miss of LABEL costs COST, others 1) or "
+        "cost=TRUTH>DECIDED:COST,... (deciding DECIDED when the truth is TRUTH)"
     )
     if not text.startswith("cost="):
-        raise ValidationError(f"Unknown --decision {text!r}. {how}.")
+        raise ValidationError(f"Unknown decision {text!r}. {how}.", param="decision")
     by_name = {str(label): label for label in labels}
     costs: dict[Any, float] = {}
     for item in text[len("cost=") :].split(","):
@@ -257,18 +259,23 @@ def parse_decision(text: str, labels: Sequence[Hashable] | pd.Index) -> tuple[st
             number = math.nan
         if not sep or not key or not math.isfinite(number) or number <= 0:
             raise ValidationError(
-                f"--decision: cannot read {item!r} as LABEL:COST with COST a number > 0. {how}."
+                f"The decision's costs: cannot read {item!r} as LABEL:COST with COST a number "
+                f"> 0. {how}.",
+                param="decision",
             )
         names = key.split(">") if ">" in key else [key]
         unknown = [n for n in names if n not in by_name]
         if len(names) > 2 or unknown:
             raise ValidationError(
-                f"--decision: {key!r} names no label of the answers (they are "
-                f"{', '.join(list(by_name)[:8])}). {how}."
+                f"The decision's costs: {key!r} names no label of the answers (they are "
+                f"{', '.join(list(by_name)[:8])}). {how}.",
+                param="decision",
             )
         entry = tuple(by_name[n] for n in names) if len(names) == 2 else by_name[names[0]]
         if entry in costs:
-            raise ValidationError(f"--decision names {key!r} twice. Give each cost once.")
+            raise ValidationError(
+                f"The decision's costs name {key!r} twice. Give each cost once.", param="decision"
+            )
         costs[entry] = number
     return "cost", costs
 
@@ -353,13 +360,14 @@ def one_class_warning(
             f"'{prior.index[big]}')"
         )
     todo = {
-        "map": "pass --decision balanced (the Bayes decision for balanced accuracy) or "
-        "cost=LABEL:COST, collect more answers per task, or raise epsilon",
-        "balanced": "collect more answers per task or raise epsilon; --decision cost=LABEL:COST "
-        "weighs a class's misses more",
+        "map": "decide by the 'balanced' rule (the Bayes decision for balanced accuracy) or by "
+        "'cost' with per-class costs, collect more answers per task, or raise epsilon",
+        "balanced": "collect more answers per task or raise epsilon; the 'cost' rule weighs a "
+        "class's misses more",
     }.get(
         decision,
-        "raise the lost class's cost, pass --decision balanced, collect more answers per task, "
+        "raise the lost class's cost, decide by the 'balanced' rule, collect more answers per "
+        "task, "
         "or raise epsilon",
     )
     return (

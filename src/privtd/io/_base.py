@@ -26,6 +26,22 @@ FORMAT_LABELS = {
 }
 
 
+class Note(str):
+    """A reader's note, a plain string that also names the parameter it is about (``param``,
+    as :class:`privtd.errors.PrivtdError` does), for a front end to point at its own
+    spelling."""
+
+    param: str | None
+
+    def __new__(cls, text: str, param: str | None = None) -> Note:
+        note = super().__new__(cls, text)
+        note.param = param
+        return note
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:  # pickles with its param
+        return type(self), (str(self), self.param)
+
+
 @dataclass(frozen=True, eq=False)
 class Imported:
     """Answers read from a file, with the golden tasks the file carries.
@@ -111,18 +127,21 @@ def require_columns(
         shown = found if len(found) <= 12 else [*found[:12], "..."]
         raise SchemaError(
             f"{path!r} is not a usable {FORMAT_LABELS[fmt]} export: it lacks column(s) "
-            f"{missing} (found {shown}). Name the right column (--task-col, --worker-col), "
-            "or check the file's format (--format; docs/formats.md)."
+            f"{missing} (found {shown}). Name the right column (task, worker), or check the "
+            "file's format (format; docs/formats.md).",
+            param=("task", "worker", "format"),
         )
 
 
-def pick_one(options: Sequence[str], chosen: str | None, what: str, fmt: str, flag: str) -> str:
-    """The one answer field among ``options``: ``chosen`` when given, the only one otherwise."""
+def pick_one(options: Sequence[str], chosen: str | None, what: str, fmt: str, param: str) -> str:
+    """The one answer field among ``options``: ``chosen`` when given (as the reader's
+    parameter ``param``), the only one otherwise."""
     if chosen is not None:
         if chosen not in options:
             raise SchemaError(
                 f"The {FORMAT_LABELS[fmt]} export has no {what} {chosen!r}; it has "
-                f"{list(options)}. Pass one of them to {flag}."
+                f"{list(options)}. Pass one of them as {param}.",
+                param=param,
             )
         return chosen
     if not options:
@@ -130,7 +149,8 @@ def pick_one(options: Sequence[str], chosen: str | None, what: str, fmt: str, fl
     if len(options) > 1:
         raise SchemaError(
             f"The {FORMAT_LABELS[fmt]} export has several {what}s {list(options)}; pick one "
-            f"with {flag}."
+            f"with {param}.",
+            param=param,
         )
     return options[0]
 
@@ -183,11 +203,14 @@ def build(
     return Imported(answers=answers, gold=gold, format=fmt)
 
 
-def drop_rows(frame: pd.DataFrame, mask: pd.Series, notes: list[str], why: str) -> pd.DataFrame:
-    """Leave out the rows of ``mask``, saying how many and why, so that nothing goes silently."""
+def drop_rows(
+    frame: pd.DataFrame, mask: pd.Series, notes: list[str], why: str, param: str | None = None
+) -> pd.DataFrame:
+    """Leave out the rows of ``mask``, saying how many and why (and ``param``, the parameter
+    that would keep them), so that nothing goes silently."""
     n = int(mask.sum())
     if n:
-        notes.append(f"left out {n} row(s) {why}")
+        notes.append(Note(f"left out {n} row(s) {why}", param))
         return frame[~mask.to_numpy()]
     return frame
 
@@ -206,6 +229,7 @@ def gold_from(tasks: pd.Series, values: pd.Series, fmt: str) -> pd.Series | None
         truths = pairs["truth"][pairs["task"] == task].tolist()
         raise ValidationError(
             f"The {FORMAT_LABELS[fmt]} export gives task {task!r} different golden answers "
-            f"{truths}. Fix the control task, or pass --gold with one truth per task."
+            f"{truths}. Fix the control task, or give the fit's gold with one truth per task.",
+            param="gold",
         )
     return pairs.set_index("task")["truth"]

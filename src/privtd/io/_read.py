@@ -140,9 +140,10 @@ def read_long(
                 shown = names if len(names) <= 12 else [*names[:12], "..."]
                 raise SchemaError(
                     f"{path!r} looks like no known format: a long table needs columns {wanted} "
-                    f"(found {shown}; map them with --task-col, --worker-col, --answer-col), "
-                    "and no platform export's columns were found (Toloka ASSIGNMENT:worker_id, "
-                    "MTurk WorkerId and HITId, Appen _unit_id and _worker_id; docs/formats.md)."
+                    f"(found {shown}; map them with task, worker, answer), and no platform "
+                    "export's columns were found (Toloka ASSIGNMENT:worker_id, MTurk WorkerId "
+                    "and HITId, Appen _unit_id and _worker_id; docs/formats.md).",
+                    param=("task", "worker", "answer"),
                 )
         answers = Answers.from_csv(
             path, delimiter=delimiter, task=task, worker=worker, answer=answer, **kwargs
@@ -172,7 +173,8 @@ def _with_gold(
         raise SchemaError(
             f"{path!r} lacks column(s) {missing}: expected {[task, worker, answer]} beside its "
             f"{GOLD_COLUMN!r} column, found {list(map(str, frame.columns))}. Map them with "
-            "--task-col, --worker-col, --answer-col."
+            "task, worker, answer.",
+            param=("task", "worker", "answer"),
         )
     values = frame[GOLD_COLUMN]
     if isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
@@ -228,18 +230,19 @@ def read(
     elif not detected and found not in ("long", format):
         raise SchemaError(
             f"{path!r} looks like a {FORMAT_LABELS[found]} export, not "
-            f"{FORMAT_LABELS[format]}. Pass --format {found} (Python: format={found!r}) or "
-            "--format auto."
+            f"{FORMAT_LABELS[format]}. Pass format={found!r} or 'auto'.",
+            param="format",
         )
     if fmt != "long" and delimiter is not None and fmt != "appen":
         raise ValidationError(
-            f"--delimiter applies to a long table or an Appen report; a {FORMAT_LABELS[fmt]} "
-            "export has its own. Leave it out."
+            f"delimiter applies to a long table or an Appen report; a {FORMAT_LABELS[fmt]} "
+            "export has its own. Leave it out.",
+            param="delimiter",
         )
     if fmt == "long":
         if keep_rejected:
             raise ValidationError(
-                "keep_rejected (--keep-rejected) applies to platform exports only."
+                "keep_rejected applies to platform exports only.", param="keep_rejected"
             )
         return read_long(
             path,
@@ -254,7 +257,8 @@ def read(
         if task is not None or worker is not None:
             raise ValidationError(
                 "A Label Studio export names its tasks and annotators itself; leave out "
-                "--task-col and --worker-col."
+                "task and worker.",
+                param=("task", "worker"),
             )
         return read_label_studio(path, answer=answer, **kwargs)
     if fmt == "appen":

@@ -79,13 +79,12 @@ def read_appen(
 
                 raise SchemaError(
                     f"The Appen report {path!r} has no <question>_gold column to find the "
-                    f"question by; name it with --answer-col (Python: question=) among {plain}."
+                    f"question by; name it as question among {plain}.",
+                    param="question",
                 )
     else:
         candidates = columns
-    field = pick_one(
-        candidates, question, "question column", "appen", "--answer-col (Python: question=)"
-    )
+    field = pick_one(candidates, question, "question column", "appen", "question")
     used = {task, worker, "_tainted", "_golden", field, f"{field}_gold"}
     frame = read_text_table(path, delimiter, "Appen", usecols=[c for c in names if c in used])
     notes: list[str] = []
@@ -94,7 +93,8 @@ def read_appen(
             frame,
             is_true(frame["_tainted"]),
             notes,
-            "of tainted judgments (--keep-rejected uses them)",
+            "of tainted judgments (keep_rejected uses them)",
+            "keep_rejected",
         )
     frame = drop_rows(frame, frame[field].isna(), notes, f"with an empty {field!r}")
     gold = None

@@ -309,9 +309,7 @@ def read_label_studio(
     )
     del tasks, workers, controls, labels, counts, truths
     controls_found = sorted({str(c) for c in frame["control"].unique()}) if len(frame) else []
-    control = pick_one(
-        controls_found, answer, "Choices control", "label-studio", "--answer-col (Python: answer=)"
-    )
+    control = pick_one(controls_found, answer, "Choices control", "label-studio", "answer")
     frame = frame[frame["control"].astype(str) == control]
     several = frame["count"].to_numpy() > 1
     if several.any() and multiple == "error":

@@ -99,9 +99,7 @@ def read_mturk(
         answer = answer[len("Answer.") :]
     elif answer is not None and answer.startswith("Answer."):
         answer = next((q for q, cols in questions.items() if cols == [answer]), answer)
-    field = pick_one(
-        list(questions), answer, "answer field", "mturk", "--answer-col (Python: answer=)"
-    )
+    field = pick_one(list(questions), answer, "answer field", "mturk", "answer")
     if gold is not None:
         require_columns(names, [gold], "mturk", path)
     columns = questions[field]
@@ -113,7 +111,11 @@ def read_mturk(
         rejected = frame["AssignmentStatus"].fillna("").str.strip().str.lower() == "rejected"
         checked = checked[~rejected.to_numpy()]
         frame = drop_rows(
-            frame, rejected, notes, "of Rejected assignments (--keep-rejected uses them)"
+            frame,
+            rejected,
+            notes,
+            "of Rejected assignments (keep_rejected uses them)",
+            "keep_rejected",
         )
     if group:
         values = _checked_option(path, frame, checked, group, field)
@@ -226,7 +228,8 @@ def _checked_option(
         raise ValidationError(
             f"MTurk answer field {field!r} has several options checked in one assignment (row "
             f"{number}: {picked}); privtd reads one label per answer. Make it a radio group, or "
-            "split the checkboxes into yes/no questions and pick one with --answer-col."
+            "split the checkboxes into yes/no questions and pick one as answer.",
+            param="answer",
         )
     values = pd.Series(np.asarray(options, dtype=object)[checked], index=frame.index)
     return values.where(pd.Series(checked >= 0, index=frame.index), None)

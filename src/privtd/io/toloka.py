@@ -70,7 +70,7 @@ def read_toloka(
     outputs = [c[len("OUTPUT:") :] for c in names if c.startswith("OUTPUT:")]
     if answer is not None and answer.startswith("OUTPUT:"):
         answer = answer[len("OUTPUT:") :]
-    field = pick_one(outputs, answer, "output field", "toloka", "--answer-col (Python: answer=)")
+    field = pick_one(outputs, answer, "output field", "toloka", "answer")
     used = {worker, task, "ASSIGNMENT:status", "ASSIGNMENT:task_id"}
     used |= {f"OUTPUT:{field}", f"GOLDEN:{field}"}
     if task is None and "ASSIGNMENT:task_id" not in names:
@@ -85,7 +85,8 @@ def read_toloka(
                 frame,
                 rejected,
                 notes,
-                "of REJECTED assignments (--keep-rejected uses them)",
+                "of REJECTED assignments (keep_rejected uses them)",
+                "keep_rejected",
             )
             status = status[~rejected.to_numpy()]
         other = ~status.isin((*KEPT_STATUSES, "REJECTED"))

@@ -69,8 +69,8 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: _Any) -> M
         if "'low'" in str(exc) or "'high'" in str(exc):
             raise _ValidationError(
                 f"The {name} mechanism needs the declared answer range, which its guarantee "
-                "rests on: pass low=... and high=... "
-                "(CLI: --mechanism-param low=0 --mechanism-param high=4)."
+                "rests on: pass low and high.",
+                param=("low", "high"),
             ) from None
         # Say which parameters the constructor takes, not Python's account of the call.
         sig = _inspect.signature(build).parameters.values()
@@ -87,6 +87,6 @@ def make_mechanism(name: str, epsilon: float | None = None, **params: _Any) -> M
         else:
             what = str(exc)
         raise _ValidationError(
-            f"Bad parameter for mechanism {name!r}: it {what} (its parameters: {accepted}; "
-            "CLI: --epsilon E, --mechanism-param KEY=VALUE)."
+            f"Bad parameter for mechanism {name!r}: it {what} (its parameters: {accepted}).",
+            param=("epsilon", "mechanism_params"),
         ) from None

@@ -66,8 +66,9 @@ def check_informative(mechanism: Mechanism) -> None:
         raise ValidationError(
             f"{type(mechanism).__name__}({shown}) releases answers independent of the truth "
             "(epsilon 0: every output is as likely whatever the answer), so nothing can be "
-            "inferred from them. Raise epsilon, or pass allow_uninformative=True (CLI: perturb "
-            "--allow-uninformative; elsewhere -p allow_uninformative=true) to release them anyway."
+            "inferred from them. Raise epsilon, or pass allow_uninformative=True to release "
+            "them anyway.",
+            param="allow_uninformative",
         )
 
 

@@ -197,8 +197,9 @@ class MFPerturbation(ScoreDomain):
                 "A real mf release is refused: mf releases floating-point least-squares rows, "
                 "so its guarantee holds for real arithmetic only and the floating-point leak "
                 "(Mironov 2012) is not closed (docs/privacy.md). Pass a seed to simulate, use "
-                "laplace or krr-null for real data, or set allow_float_leak=True "
-                "(CLI: --allow-float-leak) to release anyway."
+                "laplace or krr-null for real data, or set allow_float_leak=True to release "
+                "anyway.",
+                param="allow_float_leak",
             )
 
     def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:

@@ -249,8 +249,9 @@ class TwoLayerRR(CellMechanism):
             lo, hi = max(0.0, total - 1.0), total / 2.0
             raise ValidationError(
                 f"No U(a, b) with a={a} gives epsilon={eps:g} over {n_labels} labels: it needs "
-                f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}] "
-                "(CLI: -p a=VALUE), or leave a unset for the smallest feasible one."
+                f"a + b = {total:.6g}, so b = {b:.6g}. Choose a in [{lo:.6g}, {hi:.6g}], or "
+                "leave a unset for the smallest feasible one.",
+                param="a",
             )
         return cls(float(a), float(min(max(b, a), 1.0)), n_labels, allow_uninformative)
 

@@ -56,5 +56,5 @@ def noise_warning(mechanism: Any, answers: Answers) -> str | None:
         f"{figures['noise_mae']:.4g} per answer "
         f"(MAE of the noise) and about {figures['mae_of_mean']:.4g} in the mean of a task's "
         f"{r:g} answers. Raise epsilon, collect more answers per task, or clip the answers to "
-        "a narrower range (perturb --clip LOW,HIGH)."
+        "a narrower range before the mechanism."
     )

@@ -93,8 +93,8 @@ class Campaign:
                     f"campaign {self.id}: the difference between that run's secure sums and "
                     "this one's would reveal which tasks they answered and their labels "
                     "(docs/secure.md, 'Drop-outs and re-runs'). Run again with every worker of "
-                    "the earlier run, or accept that leak with allow_leaky_rerun=True "
-                    "(--allow-leaky-rerun)."
+                    "the earlier run, or accept that leak with allow_leaky_rerun=True.",
+                    param="allow_leaky_rerun",
                 )
             if added:
                 raise ValidationError(
@@ -102,7 +102,8 @@ class Campaign:
                     f"{self.id}: the difference between that run's secure sums and this one's "
                     "would reveal the added workers' answers (docs/secure.md, 'Drop-outs and "
                     "re-runs'). Run with the earlier run's workers only, or accept that leak "
-                    "with allow_leaky_rerun=True (--allow-leaky-rerun)."
+                    "with allow_leaky_rerun=True.",
+                    param="allow_leaky_rerun",
                 )
 
     def record(self, workers: Iterable[str]) -> None:

@@ -92,7 +92,8 @@ class ModelSpec:
         if self.model == "binary" and self.n_labels != 2:
             raise ValidationError(
                 f"The binary model needs exactly 2 labels; these answers have {self.n_labels}. "
-                "Use --model multiclass."
+                "Use model='multiclass'.",
+                param="model",
             )
         if self.model in PER_CLASS and self.n_labels < 2:
             raise ValidationError(

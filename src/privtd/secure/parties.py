@@ -78,7 +78,8 @@ def check_min_answers(min_answers: object) -> int:
         raise ValidationError(
             f"min_answers must be at least 2. Got {min_answers}: a task answered by one worker "
             "has that worker's own terms as its secure sums, which would expose the worker. "
-            "Use 2 or more (--min-answers)."
+            "Use 2 or more.",
+            param="min_answers",
         )
     return int(min_answers)
 
@@ -563,8 +564,9 @@ class Requester:
             raise ValidationError(
                 f"A {key_bits}-bit Paillier key can be factored, which would reveal every "
                 f"worker's contribution; privtd refuses keys under {KEY_BITS} bits (NIST SP "
-                f"800-57). Use key_bits >= {KEY_BITS} (--key-bits); shorter keys are for tests "
-                "only (test_only_short_keys=True)."
+                f"800-57). Use key_bits >= {KEY_BITS}; shorter keys are for tests only "
+                "(test_only_short_keys=True).",
+                param="key_bits",
             )
         self.min_answers = check_min_answers(min_answers)
         self.allow_leaky_rerun = allow_leaky_rerun
@@ -753,7 +755,10 @@ class Requester:
                 self.active = [w for w in self.active if w not in gone]
                 self.dropped.extend(gone)
                 if not self.allow_leaky_rerun:
-                    raise DropoutError(self._dropout_message(gone, round_, phase))
+                    raise DropoutError(
+                        self._dropout_message(gone, round_, phase),
+                        param="allow_leaky_rerun" if self.released_with else None,
+                    )
                 continue
             replies = {
                 w: self._reply(w, f, "contribution") for w, f in raw.items() if f is not None
@@ -802,7 +807,7 @@ class Requester:
                 "would reveal which tasks the missing worker(s) answered and their labels "
                 "(docs/secure.md, 'Drop-outs and re-runs'), so none was released. Re-run with "
                 "every worker back; a re-run without them reveals the same and needs "
-                "allow_leaky_rerun=True (--allow-leaky-rerun)."
+                "allow_leaky_rerun=True."
             )
         return f"Worker(s) {names} dropped out in {phase} round {round_}; the run stops. {after}"
 

@@ -214,8 +214,9 @@ class SecureEM:
             declared = self.value_range or answers.value_range
             if declared is None:
                 raise ValidationError(
-                    "The real model needs the public answer range: pass value_range=(low, high) "
-                    "(--value-range LOW HIGH), or declare it when loading the answers."
+                    "The real model needs the public answer range: pass value_range=(low, high), "
+                    "or declare it when loading the answers.",
+                    param="value_range",
                 )
             low, high = (float(v) for v in declared)
         n_labels = answers.n_labels if answers.is_categorical else 2

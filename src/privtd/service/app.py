@@ -85,7 +85,10 @@ def create_app(
 
     @app.exception_handler(PrivtdError)
     async def _privtd(_request: Request, exc: PrivtdError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc).splitlines()[0]}, 422)
+        body: dict[str, Any] = {"detail": str(exc).splitlines()[0]}
+        if exc.param is not None:  # for the client's own hint (the CLI names its option)
+            body["param"] = exc.param
+        return JSONResponse(body, 422)
 
     for router in ROUTERS:
         app.include_router(router)

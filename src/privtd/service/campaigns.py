@@ -135,14 +135,8 @@ def check_worker_spend(
         answer = f" (a worker then answers at most {fits} tasks)" if fits else ""
         ways.append(f"set the budget to at most {lifetime:g}{answer}")
         if fits:
-            ways.append(
-                f"cap each worker at {fits} answers (max_answers_per_worker; "
-                f"'privtd campaign create --max-answers {fits}')"
-            )
-    ways.append(
-        "if your workers will raise their ceiling, say so (workers_raise_ceiling; "
-        "--workers-raise-ceiling)"
-    )
+            ways.append(f"cap each worker at {fits} answers (max_answers_per_worker={fits})")
+    ways.append("if your workers will raise their ceiling, say so (workers_raise_ceiling=True)")
     if cost <= budget:
         what = (
             f"A worker who answers all {n} tasks of this campaign spends epsilon {cost:.4g} "
@@ -156,7 +150,8 @@ def check_worker_spend(
     raise ValidationError(
         f"{what}, past the workers' default ceiling of {lifetime:g} over all their campaigns: "
         f"each one's device would refuse the submission that crosses it. Either "
-        f"{'; or '.join(ways)}."
+        f"{'; or '.join(ways)}.",
+        param=("max_answers_per_worker", "workers_raise_ceiling"),
     )
 
 
@@ -214,7 +209,9 @@ def _refusal(mech: Mechanism, k: int, per: float, limit: float, whose: str) -> V
     return ValidationError(
         f"This campaign's parameters mean epsilon {per:.6g} per {mech.unit}, above {whose} of "
         f"{limit:g}: its noise would hide next to nothing. Choose a smaller epsilon (or natural "
-        "parameters that mean one), or ask the server's operator (privtd serve --max-epsilon)."
+        "parameters that mean one), or ask the server's operator to raise its ceiling "
+        "(max_epsilon).",
+        param="max_epsilon",
     )
 
 

@@ -64,8 +64,9 @@ def ensure(engine: sa.Engine, token: str | None) -> str | None:
             ).first()
             if known is not None and known.revoked_at is not None:
                 raise ValidationError(
-                    "This requester token was revoked; make a new one "
-                    "(privtd requester rotate --db URL ID keeps the requester's campaigns)."
+                    "This requester token was revoked; make a new one (rotate keeps the "
+                    "requester's campaigns).",
+                    param="requester_token",
                 )
             if known is None:
                 conn.execute(
@@ -173,5 +174,5 @@ def _known(conn: sa.Connection, requester_id: str) -> None:
     ).first()
     if found is None:
         raise ValidationError(
-            f"No requester {requester_id!r}; privtd requester list --db URL shows them."
+            f"No requester {requester_id!r}; listing shows them.", param="requester_id"
         )

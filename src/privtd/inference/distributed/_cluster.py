@@ -63,6 +63,10 @@ def max_workers() -> int:
     return max(1, min(WORKERS_PER_CORE * default_workers(), by_memory))
 
 
+#: The parameters of :func:`tls_security`, named together in its errors.
+TLS_FILES = ("ca_file", "cert", "key")
+
+
 def tls_security(ca_file: str | None, cert: str | None, key: str | None) -> Any:
     """A ``distributed.security.Security`` for a client of a ``tls://`` cluster: the
     cluster's CA certificate, and this party's certificate and private key (PEM files, as
@@ -74,7 +78,8 @@ def tls_security(ca_file: str | None, cert: str | None, key: str | None) -> Any:
     if any(v is None for v in given.values()):
         raise ValidationError(
             "A tls:// cluster takes three files: its CA certificate, this client's certificate "
-            "and its key (CLI: --tls-ca-file, --tls-cert, --tls-key). Pass all three."
+            "and its key (ca_file, cert, key). Pass all three.",
+            param=TLS_FILES,
         )
     dist = require_distributed()
     for name, path in given.items():
@@ -101,8 +106,9 @@ def check_scheduler(address: str, security: Any = None, allow_plain_tcp: bool = 
         if security is None:
             raise ValidationError(
                 f"The scheduler {address!r} is tls:// and no certificates were given. Pass the "
-                "cluster's CA certificate, this client's certificate and key (CLI: "
-                "--tls-ca-file, --tls-cert, --tls-key; privtd cluster-certs makes them)."
+                "cluster's CA certificate, this client's certificate and key (security="
+                "tls_security(ca_file, cert, key); privtd cluster-certs makes them).",
+                param=TLS_FILES,
             )
         return
     if scheme != "tcp":
@@ -114,7 +120,8 @@ def check_scheduler(address: str, security: Any = None, allow_plain_tcp: bool = 
         raise ValidationError(
             f"The scheduler {address!r} is plain TCP, with {_PLAIN_TCP_RISK}. Run the cluster "
             "over tls:// with certificates (privtd cluster-certs; docs/scale.md), or, on a "
-            "network no one else reaches, allow it (CLI: --allow-plain-tcp)."
+            "network no one else reaches, allow it (allow_plain_tcp=True).",
+            param="allow_plain_tcp",
         )
     if security is not None:
         raise ValidationError(
@@ -204,8 +211,9 @@ def connect(
     if scheduler is not None:
         if workers is not None or memory_limit is not None:
             raise ValidationError(
-                "--workers starts a cluster on this machine; a scheduler's cluster has its own "
-                "workers. Pass one of --scheduler and --workers."
+                "A worker count starts a cluster on this machine; a scheduler's cluster has its "
+                "own workers. Pass one of scheduler and workers.",
+                param=("scheduler", "workers"),
             )
         check_scheduler(scheduler, security, allow_plain_tcp)
         try:
@@ -221,7 +229,8 @@ def connect(
             raise ValidationError(
                 f"Cannot reach the Dask scheduler at {scheduler!r} ({reason}). Check the "
                 "address, the certificates and that `dask scheduler` runs there, or leave out "
-                "--scheduler to start a cluster on this machine."
+                "the scheduler to start a cluster on this machine.",
+                param="scheduler",
             ) from None
         try:
             yield remote
@@ -237,7 +246,8 @@ def connect(
             f"{n} workers is more than this machine runs: it has {default_workers()} core(s), "
             f"each worker is a process of about {WORKER_BASE_BYTES // 10**6} MB before any "
             f"answers, and more than {WORKERS_PER_CORE} per core only share the cores. Pass "
-            f"--workers {cap} or fewer, or a --scheduler whose cluster has more machines."
+            f"workers={cap} or fewer, or a scheduler whose cluster has more machines.",
+            param=("workers", "scheduler"),
         )
     cluster = dist.LocalCluster(
         n_workers=n,
@@ -298,7 +308,8 @@ def gather(client: Any, futures: list[Any]) -> list[Any]:
             raise PrivtdError(
                 f"The Dask cluster did not finish a step of the fit within {timeout:g} s: its "
                 "scheduler or a worker stopped answering, or the step needs longer. Check the "
-                "cluster, or allow more time (pass_timeout; CLI: --pass-timeout)."
+                "cluster, or allow more time (pass_timeout).",
+                param="pass_timeout",
             ) from None
         if not (
             isinstance(exc, CancelledError | OSError)

@@ -205,8 +205,8 @@ def ingest(
         if on_missing == "error":
             raise ValidationError(
                 f"{n_missing} row(s) have a missing task, worker or answer (first: {files[i]!r}, "
-                f"row {summaries[i]['first_missing']}). Fill them, or pass on_missing='drop' "
-                "(CLI: --on-missing drop)."
+                f"row {summaries[i]['first_missing']}). Fill them, or pass on_missing='drop'.",
+                param="on_missing",
             )
         if n_missing == n_rows.sum():
             raise ValidationError(
@@ -262,8 +262,9 @@ def ingest(
         raise ValidationError(
             f"{n_repeated} answer(s) repeat a (task, worker) pair (first: task {t_id!r}, worker "
             f"{workers[w_code]!r}, in {where[0]} and {where[1]}). Merge them before ingesting "
-            "(the Dask engine takes on_duplicate='error' only, for now), or fit in memory with "
-            "--on-duplicate."
+            "(the Dask engine takes on_duplicate='error' only, for now), or fit in memory, "
+            "where on_duplicate takes every policy.",
+            param="on_duplicate",
         )
     counts = np.zeros(len(workers), dtype=np.int64)
     for info in infos:  # partition order: a fixed reduction order
@@ -292,7 +293,8 @@ def _nthreads(client: Any) -> dict[str, int]:
     except TimeoutError:
         raise ValidationError(
             f"The Dask scheduler did not say within {timeout:g} s how many workers it has. "
-            "Check the cluster, or allow more time (pass_timeout; CLI: --pass-timeout)."
+            "Check the cluster, or allow more time (pass_timeout).",
+            param="pass_timeout",
         ) from None
 
 
@@ -356,7 +358,8 @@ def _resolve_kind(kind: str, summaries: list[dict[str, Any]]) -> bool:
             return True  # ints in some files, floats in others: their concatenation is float
         raise ValidationError(
             "The answer column holds numbers in some files and labels in others. Pass "
-            "kind='numeric' or kind='categorical' (CLI: --kind)."
+            "kind='numeric' or kind='categorical'.",
+            param="kind",
         )
     return all(s["is_float"] for s in summaries)
 

@@ -61,7 +61,9 @@ def read_file(path: str, fmt: str, columns: tuple[str, str, str]) -> pd.DataFram
     if missing:
         raise SchemaError(
             f"{path!r} lacks column(s) {missing}: expected {wanted}, found "
-            f"{list(map(str, frame.columns))}. Rename the columns or map them (--task-col, ...)."
+            f"{list(map(str, frame.columns))}. Rename the columns or map them (task=, worker=, "
+            "answer=).",
+            param=("task", "worker", "answer"),
         )
     out = frame[wanted]
     out.columns = pd.Index(["task", "worker", "answer"])
