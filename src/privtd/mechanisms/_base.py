@@ -186,6 +186,53 @@ class Mechanism(ABC):
         """How many perturbed units each worker releases (its answers, by default)."""
         return answers.worker_counts()
 
+    # ------------------------------------------------------------------ its channel
+    #: Whether it is randomized response over the labels: each answer kept with probability
+    #: ``1 - f`` and otherwise replaced by one of the other labels uniformly, with ``f`` drawn
+    #: from the law :meth:`flip_law` gives (one-layer, binary, two-layer).
+    flips_labels: ClassVar[bool] = False
+    #: Whether it releases the worker's whole row, one cell per task of the public task list
+    #: (NULL included), in one release, rather than the answers the worker gave.
+    releases_cells: ClassVar[bool] = False
+
+    def _no_channel(self, what: str) -> ValidationError:
+        return ValidationError(
+            f"{type(self).__name__} ({self.name}) has no {what}: the perturbation-aware models "
+            "read one from randomized response (one-layer, binary, two-layer), krr-null, "
+            "two-layer-null and exp-gaussian only."
+        )
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """The channel ``C[r, a]``: the probability that one unit, alone, is released as symbol
+        ``r`` given the true symbol ``a`` (a worker's private draw marginalised out). Over the
+        labels for randomized response (``n_labels`` checked against the mechanism's own); over
+        the scores then NULL for P3's randomized response with NULL. A ValidationError for a
+        mechanism whose releases are not symbols of a finite domain."""
+        raise self._no_channel("channel over a finite set of symbols")
+
+    def shared_channel(self, n_labels: int | None = None) -> np.ndarray:
+        """The part of :meth:`channel` every worker's release goes through; what is left is
+        worker-specific symmetric randomized response, which each worker's own parameters
+        absorb. The whole channel where every worker perturbs alike."""
+        return self.channel(n_labels)
+
+    def flip_law(self, n_points: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Randomized response's flip probabilities and their weights: one point where every
+        worker flips alike, a grid of ``n_points`` where each draws its own (two-layer). A
+        ValidationError where the mechanism is not randomized response (:attr:`flips_labels`)."""
+        raise self._no_channel("flip probability (it is not randomized response over labels)")
+
+    def keep_variance(self) -> float:
+        """The variance, over the workers' private draws, of the probability that a unit keeps
+        its symbol: 0 where every worker perturbs alike."""
+        raise self._no_channel("keep probability (it is not randomized response)")
+
+    @property
+    def variance_law(self) -> tuple[str, float]:
+        """The law of the noise variance each worker draws, as ``(kind, parameter)``:
+        ``("exp", rate)`` for P1's exponential-variance Gaussian."""
+        raise self._no_channel("noise variance law (it adds no Gaussian noise)")
+
     # ------------------------------------------------------------------ running
     @abstractmethod
     def perturb(self, answers: Answers, rng: RNGLike = None) -> Answers:

@@ -21,7 +21,7 @@ from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
 from ..mechanisms import MECHANISMS, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
 from ..mechanisms.exp_gaussian import ExpGaussian
-from ..mechanisms.null_aware import KRRNull, LaplaceNull, NullAwareMechanism, TwoLayerNull
+from ..mechanisms.null_aware import KRRNull, LaplaceNull, TwoLayerNull
 from ..mechanisms.randomized_response import TwoLayerRR
 
 #: Mechanisms a device can run alone, answer by answer (MF needs the whole matrix's profiles).
@@ -367,7 +367,7 @@ def pick_method(mech: Mechanism, method: str | None) -> str:
 
 def whole_row(mech: Mechanism) -> bool:
     """P3's mechanisms release a worker's whole row, NULLs included, in one submission."""
-    return isinstance(mech, NullAwareMechanism)
+    return mech.releases_cells
 
 
 def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[Any]) -> list[Any]:
