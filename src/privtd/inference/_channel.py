@@ -35,6 +35,13 @@ def flip_law(
     mechanism."""
     if mechanism is None:
         return np.zeros(1), np.ones(1)
+    _check_flips_labels(mechanism, n_labels, owner)
+    flips, weights = mechanism.flip_law(n_points)
+    return flips, weights
+
+
+def _check_flips_labels(mechanism: Any, n_labels: int, owner: str) -> None:
+    """A ValidationError unless ``mechanism`` is randomized response over ``n_labels`` labels."""
     expected = getattr(mechanism, "n_labels", n_labels)
     if expected != n_labels:
         raise ValidationError(
@@ -46,8 +53,6 @@ def flip_law(
             f"{owner} models randomized response (one-layer, binary, two-layer); got "
             f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
         )
-    flips, weights = mechanism.flip_law(n_points)
-    return flips, weights
 
 
 def report_channel(flips: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +82,7 @@ def channel_matrix(mechanism: Any, k: int, owner: str) -> np.ndarray | None:
     rest is a symmetric RR that each worker's own parameters absorb (``docs/inference.md``)."""
     if mechanism is None:
         return None
-    flip_law(mechanism, k, owner=owner)  # the same checks and refusal as the flip law's
+    _check_flips_labels(mechanism, k, owner)
     matrix: np.ndarray = mechanism.shared_channel(k)
     return matrix
 
