@@ -54,7 +54,7 @@ from .errors import (
     ServiceError,
     ValidationError,
 )
-from .mechanisms import MECHANISMS, Budget
+from .mechanisms import MECHANISMS, Accountant, Budget
 from .mechanisms._base import Mechanism
 
 #: The most reports one submission may carry (the server's limit): the most answers a worker
@@ -228,6 +228,8 @@ class Ceiling:
                 data = {}
             per_answer = float(data.get("max_epsilon_per_answer", DEFAULT_MAX_EPSILON_PER_ANSWER))
             lifetime = float(data.get("max_lifetime_epsilon", DEFAULT_MAX_LIFETIME_EPSILON))
+            if not 0 <= lifetime < math.inf:
+                raise ValueError(f"the lifetime ceiling must be a finite number >= 0: {lifetime}")
             spent = {str(k): float(v) for k, v in data.get("spent", {}).items()}
         except (ValueError, TypeError, AttributeError, OSError) as exc:
             raise ValidationError(
@@ -308,12 +310,18 @@ class Ceiling:
             param="per_answer",
         )
 
+    def account(self, key: str) -> Accountant:
+        """The lifetime ceiling as an :class:`~privtd.mechanisms.Accountant` of what every
+        campaign but ``key`` has spent: campaign ``key`` may spend up to its ``remaining``."""
+        return Accountant(self.lifetime, spent_epsilon=self.total - self.spent.get(key, 0.0))
+
     def check_spend(self, key: str, campaign_total: float) -> None:
         """CeilingExceededError if spending up to ``campaign_total`` in campaign ``key`` would
         take the lifetime total past the ceiling."""
         self.refresh()
-        total = self.total - self.spent.get(key, 0.0) + campaign_total
-        if total > self.lifetime * (1 + 1e-12):
+        account = self.account(key)
+        if not account.allows(campaign_total):
+            total, _ = account.after(campaign_total)
             raise CeilingExceededError(
                 f"Refused here: this would take your lifetime total over all campaigns to "
                 f"epsilon {total:.6g}, past your ceiling of {self.lifetime:g} ({self.path}); "
@@ -560,12 +568,12 @@ class Worker:
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
         self.ceiling.check_campaign(campaign, n)
-        self.ceiling.check_spend(
-            self._ledger_key,
-            float(self.state["spent_epsilon"]) + float(mech.release_epsilon(n)),
+        budget = Budget(
+            float(self.state["budget"]), spent_epsilon=float(self.state["spent_epsilon"])
         )
-        budget = Budget(float(self.state["budget"]))
-        budget.spent_epsilon = float(self.state["spent_epsilon"])
+        cost, _ = budget.cost(mech, n)
+        campaign_total, _ = budget.after(cost)
+        self.ceiling.check_spend(self._ledger_key, campaign_total)
         keys = [str(k) for k in answers]
         if campaign["whole_row"]:
             # P3's mechanisms release the whole row over the public task list, NULLs included.

@@ -229,7 +229,6 @@ class Crowd:
         """
         from .inference import AwareDawidSkene, AwareOneCoin
         from .inference._channel import flip_law
-        from .mechanisms import BinaryRR, OneLayerRR, TwoLayerRR
 
         if not answers.is_categorical:
             raise ValidationError(
@@ -239,7 +238,7 @@ class Crowd:
             )
         if answers.n_answers == 0:
             raise ValidationError("The pilot has no answers. Give a pilot with answers.")
-        if mechanism is not None and not isinstance(mechanism, (OneLayerRR, BinaryRR, TwoLayerRR)):
+        if mechanism is not None and not mechanism.flips_labels:
             raise ValidationError(
                 f"A pilot perturbed by {mechanism.name} cannot be fitted here: only randomized "
                 "response (one-layer, two-layer, binary-rr) has a channel to take out."

@@ -29,13 +29,19 @@ from ..errors import ValidationError
 def flip_law(
     mechanism: Any, n_labels: int, n_points: int = 32, owner: str = "AwareOneCoin"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The mechanism's flip probabilities on a grid and their weights: one point for one-layer
-    RR (and binary RR), ``n_points`` quantile midpoints of ``U(a, b)`` for two-layer RR, no flip
-    without a mechanism."""
-    from ..mechanisms import OneLayerRR, TwoLayerRR
-
+    """The mechanism's flip probabilities on a grid and their weights
+    (:meth:`~privtd.mechanisms.Mechanism.flip_law`: one point for one-layer RR and binary RR,
+    ``n_points`` quantile midpoints of ``U(a, b)`` for two-layer RR), no flip without a
+    mechanism."""
     if mechanism is None:
         return np.zeros(1), np.ones(1)
+    _check_flips_labels(mechanism, n_labels, owner)
+    flips, weights = mechanism.flip_law(n_points)
+    return flips, weights
+
+
+def _check_flips_labels(mechanism: Any, n_labels: int, owner: str) -> None:
+    """A ValidationError unless ``mechanism`` is randomized response over ``n_labels`` labels."""
     expected = getattr(mechanism, "n_labels", n_labels)
     if expected != n_labels:
         raise ValidationError(
@@ -43,18 +49,11 @@ def flip_law(
             f"Build it with n_labels={n_labels}.",
             param="n_labels",
         )
-    if isinstance(mechanism, OneLayerRR):
-        return np.array([float(mechanism.f)]), np.ones(1)
-    if isinstance(mechanism, TwoLayerRR):
-        a, b = float(mechanism.a), float(mechanism.b)
-        if b - a < 1e-12:
-            return np.array([a]), np.ones(1)
-        points = a + (b - a) * (np.arange(n_points) + 0.5) / n_points
-        return points, np.full(n_points, 1.0 / n_points)
-    raise ValidationError(
-        f"{owner} models randomized response (one-layer, binary, two-layer); got "
-        f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
-    )
+    if not getattr(mechanism, "flips_labels", False):
+        raise ValidationError(
+            f"{owner} models randomized response (one-layer, binary, two-layer); got "
+            f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
+        )
 
 
 def report_channel(flips: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,21 +73,18 @@ def compose(pi: np.ndarray, channel: tuple[np.ndarray, np.ndarray]) -> np.ndarra
 
 
 def channel_matrix(mechanism: Any, k: int, owner: str) -> np.ndarray | None:
-    """The mechanism's channel ``C[r, a] = P(report r | answer a)`` that every worker shares, as
-    a ``K x K`` matrix, or None without a mechanism (the identity; callers take a faster path).
+    """The mechanism's channel ``C[r, a] = P(report r | answer a)`` that every worker shares
+    (:meth:`~privtd.mechanisms.Mechanism.shared_channel`), as a ``K x K`` matrix, or None
+    without a mechanism (the identity; callers take a faster path).
 
     One-layer (and binary) RR: ``R_f``. Two-layer RR draws each worker's flip ``f_u`` from
     ``U(a, b)`` once; RR channels compose by multiplying their scales ``1 - f K / (K - 1)``, so
     ``R_{f_u} = R_g R_a`` with a worker-specific ``R_g``: the shared part is ``R_a``, and the
     rest is a symmetric RR that each worker's own parameters absorb (``docs/inference.md``)."""
-    from ..mechanisms import TwoLayerRR
-
     if mechanism is None:
         return None
-    flips, _ = flip_law(mechanism, k, owner=owner)
-    f = float(mechanism.a) if isinstance(mechanism, TwoLayerRR) else float(flips[0])
-    matrix = np.full((k, k), f / (k - 1))
-    np.fill_diagonal(matrix, 1.0 - f)
+    _check_flips_labels(mechanism, k, owner)
+    matrix: np.ndarray = mechanism.shared_channel(k)
     return matrix
 
 

@@ -36,18 +36,18 @@ from ._ops import task_mean
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
-    """The mechanism's variance law: ("exp", rate) for P1's exponential-variance Gaussian,
-    ("point", 0) without a mechanism."""
-    from ..mechanisms import ExpGaussian
-
+    """The mechanism's variance law (:attr:`~privtd.mechanisms.Mechanism.variance_law`):
+    ("exp", rate) for P1's exponential-variance Gaussian, ("point", 0) without a mechanism."""
     if mechanism is None:
         return "point", 0.0
-    if isinstance(mechanism, ExpGaussian):
-        return "exp", float(mechanism.rate)
-    raise ValidationError(
-        f"AwareGaussian models P1's exponential-variance Gaussian noise (exp-gaussian); got "
-        f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
-    )
+    try:
+        law: tuple[str, float] = mechanism.variance_law
+    except (ValidationError, AttributeError):
+        raise ValidationError(
+            f"AwareGaussian models P1's exponential-variance Gaussian noise (exp-gaussian); got "
+            f"{type(mechanism).__name__}. Use a matching estimator, or no mechanism."
+        ) from None
+    return law
 
 
 def convolution_matrix(sigma2: np.ndarray, tau: np.ndarray, law: tuple[str, float]) -> np.ndarray:

@@ -56,21 +56,18 @@ from ._ops import squarem_extrapolate
 
 def null_channel(mechanism: Any) -> np.ndarray:
     """The channel ``C[x, z]``: the probability of reporting symbol ``x`` (scores, then NULL)
-    from true symbol ``z``; two-layer's keep probability marginalised over the private budget."""
-    from ..mechanisms import KRRNull, TwoLayerNull
-
-    if isinstance(mechanism, KRRNull):
-        keep = float(mechanism.keep)
-        other = (1.0 - keep) / mechanism.domain_size
-    elif isinstance(mechanism, TwoLayerNull):
-        keep, other = mechanism._marginal()
-    else:
-        raise ValidationError(
-            "AwareNull models P3's randomized-response mechanisms (krr-null, two-layer-null); got "
-            f"{type(mechanism).__name__}. Use WeightedAverage for Laplace or MF reports."
-        )
-    channel = np.full((mechanism.domain_size + 1, mechanism.domain_size + 1), other)
-    np.fill_diagonal(channel, keep)
+    from true symbol ``z``; two-layer's keep probability marginalised over the private budget
+    (:meth:`~privtd.mechanisms.Mechanism.channel`)."""
+    refusal = ValidationError(
+        "AwareNull models P3's randomized-response mechanisms (krr-null, two-layer-null); got "
+        f"{type(mechanism).__name__}. Use WeightedAverage for Laplace or MF reports."
+    )
+    if not getattr(mechanism, "releases_cells", False):
+        raise refusal
+    try:
+        channel: np.ndarray = mechanism.channel()
+    except ValidationError:
+        raise refusal from None
     return channel
 
 
@@ -423,7 +420,7 @@ class AwareNull(Estimator):
         n_q = counts.sum(axis=1)
         pooled = pooled_distribution(counts.sum(axis=0), channel)
         if self.strength is None:
-            spread = mech.keep_variance() if hasattr(mech, "keep_variance") else 0.0
+            spread = mech.keep_variance()
             strengths = moment_strengths(counts, channel, pooled, spread)
         else:
             strengths = (float(self.strength), float(self.strength))

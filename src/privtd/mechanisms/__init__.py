@@ -11,7 +11,7 @@ from collections.abc import Callable as _Callable
 from typing import Any as _Any
 
 from ..errors import ValidationError as _ValidationError
-from ._base import Budget, Guarantee, Mechanism
+from ._base import Accountant, Budget, Guarantee, Mechanism
 from .accounting import format_release_figures, release_figures, worker_totals
 from .exp_gaussian import ExpGaussian, gaussian_delta
 from .matrix_factorization import MFPerturbation, task_profiles
@@ -22,6 +22,7 @@ __all__ = [
     "Mechanism",
     "Guarantee",
     "Budget",
+    "Accountant",
     "OneLayerRR",
     "TwoLayerRR",
     "BinaryRR",

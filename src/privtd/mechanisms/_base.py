@@ -77,47 +77,129 @@ def _check_release_size(k: int) -> None:
         raise ValidationError(f"A release counts its answers: an int >= 0. Got {k!r}.")
 
 
-class Budget:
+#: The relative slack every spending check allows: float rounding of a sum of release figures
+#: must not refuse a release that lands exactly on the limit.
+SPEND_SLACK = 1e-12
+
+
+class Accountant:
+    """A privacy accountant: a limit on the total epsilon (and delta) that releases may spend,
+    what they have spent, and what is left. The worker's budget (:class:`Budget`), the worker's
+    lifetime ceiling (:class:`privtd.client.Ceiling`) and the service's per-worker budget all
+    keep their accounts with it.
+
+    A release's cost is what the worker's whole release under one private draw costs,
+    :meth:`Mechanism.release_epsilon` of its size (:meth:`cost`): ``n epsilon`` where the
+    answers are perturbed independently, the exact figure where they share a draw (two-layer,
+    two-layer-null, exp-gaussian), never ``n`` times one answer's figure there. Releases under
+    separate draws add up (basic composition). A spend is allowed while the totals stay within
+    the limits (up to a relative :data:`SPEND_SLACK` for rounding); a total that is not a number
+    is never allowed.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The limits: a finite epsilon >= 0 and a delta in [0, 1].
+    spent_epsilon, spent_delta : float
+        What was spent before (a worker's state file, the server's record).
+    """
+
+    def __init__(
+        self,
+        epsilon: float,
+        delta: float = 0.0,
+        *,
+        spent_epsilon: float = 0.0,
+        spent_delta: float = 0.0,
+    ) -> None:
+        if not (epsilon >= 0 and math.isfinite(epsilon)) or not 0 <= delta <= 1:
+            raise ValidationError(
+                f"A budget needs a finite epsilon >= 0 and delta in [0, 1]. Got {epsilon}, {delta}."
+            )
+        if not (spent_epsilon >= 0 and spent_delta >= 0):
+            raise ValidationError(
+                f"What was spent must be >= 0. Got epsilon {spent_epsilon}, delta {spent_delta}."
+            )
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.spent_epsilon = float(spent_epsilon)
+        self.spent_delta = float(spent_delta)
+
+    @property
+    def remaining(self) -> float:
+        """The epsilon left: the limit less what was spent."""
+        return self.epsilon - self.spent_epsilon
+
+    @staticmethod
+    def cost(mechanism: Mechanism, n: int) -> tuple[float, float]:
+        """``(epsilon, delta)`` of one release of ``n`` units under one draw of ``mechanism``:
+        its :meth:`~Mechanism.release_epsilon` and ``n delta`` (capped at 1)."""
+        return float(mechanism.release_epsilon(n)), min(1.0, mechanism.delta * n)
+
+    @staticmethod
+    def draws_cost(mechanism: Mechanism, n: int, per_draw: int | None = None) -> float:
+        """The epsilon of releasing ``n`` units in releases of ``per_draw`` units each (the
+        last one smaller), each under a fresh draw: the sum of each release's :meth:`cost`
+        (basic composition). ``per_draw`` None: all ``n`` under one draw."""
+        if per_draw is None:
+            return Accountant.cost(mechanism, n)[0]
+        full, rest = divmod(n, per_draw)
+        whole = Accountant.cost(mechanism, per_draw)[0] * full if full else 0.0
+        return whole + (Accountant.cost(mechanism, rest)[0] if rest else 0.0)
+
+    def after(self, epsilon: float, delta: float = 0.0) -> tuple[float, float]:
+        """The totals spending ``(epsilon, delta)`` more would bring."""
+        return self.spent_epsilon + epsilon, self.spent_delta + delta
+
+    def allows(self, epsilon: float, delta: float = 0.0) -> bool:
+        """Whether spending ``(epsilon, delta)`` more stays within the limits."""
+        eps, dlt = self.after(epsilon, delta)
+        return eps <= self.epsilon * (1 + SPEND_SLACK) and dlt <= self.delta * (1 + SPEND_SLACK)
+
+    def check(self, epsilon: float, delta: float = 0.0) -> None:
+        """BudgetExceededError if spending ``(epsilon, delta)`` more would pass the limits."""
+        if not self.allows(epsilon, delta):
+            eps, dlt = self.after(epsilon, delta)
+            raise BudgetExceededError(
+                f"Spending epsilon {epsilon:.6g} (delta {delta:.3g}) would take the total to "
+                f"{eps:.6g} (delta {dlt:.3g}), past the limit of {self.epsilon:g} (delta "
+                f"{self.delta:g}); {self.remaining:.6g} is left."
+            )
+
+    def spend(self, epsilon: float, delta: float = 0.0) -> None:
+        """Record a spend of ``(epsilon, delta)``, after :meth:`check` (nothing recorded if it
+        refuses)."""
+        self.check(epsilon, delta)
+        self.spent_epsilon, self.spent_delta = self.after(epsilon, delta)
+
+    def charge(self, mechanism: Mechanism, n: int) -> float:
+        """Charge one release of ``n`` units under one draw of ``mechanism`` (:meth:`cost`);
+        returns its epsilon. BudgetExceededError, and nothing charged, if it would pass the
+        limits."""
+        cost, delta = self.cost(mechanism, n)
+        if not self.allows(cost, delta):
+            eps, dlt = self.after(cost, delta)
+            raise BudgetExceededError(
+                f"Releasing {n} {mechanism.unit}(s) under one draw of {mechanism.name} costs "
+                f"epsilon {cost:.6g} for all {n} together, which would spend {eps:.6g} (delta "
+                f"{dlt:.3g}) of a budget of {self.epsilon:g} (delta {self.delta:g}); "
+                f"{self.remaining:.6g} is left. Nothing was perturbed or sent."
+            )
+        self.spent_epsilon, self.spent_delta = self.after(cost, delta)
+        return cost
+
+
+class Budget(Accountant):
     """A worker's privacy budget: refuses, before anything is perturbed, a release that would
-    take the worker's total epsilon (and delta) past it.
+    take the worker's total epsilon (and delta) past it (``perturb_worker(..., budget=)``).
 
     Each release is charged what the worker's whole release under one private draw costs,
     :meth:`Mechanism.release_epsilon` of its size (one ``perturb_worker`` call with
     ``rng=None`` draws afresh), and releases under separate draws add up. For a mechanism whose
     answers are independent that is ``n epsilon``; for two-layer it is the exact figure of the
-    ``n`` answers sharing one flip probability, not ``n`` times one answer's.
+    ``n`` answers sharing one flip probability, not ``n`` times one answer's. An
+    :class:`Accountant` (the same checks and figures) under its older name.
     """
-
-    def __init__(self, epsilon: float, delta: float = 0.0) -> None:
-        if not (epsilon >= 0 and math.isfinite(epsilon)) or not 0 <= delta <= 1:
-            raise ValidationError(
-                f"A budget needs a finite epsilon >= 0 and delta in [0, 1]. Got {epsilon}, {delta}."
-            )
-        self.epsilon = float(epsilon)
-        self.delta = float(delta)
-        self.spent_epsilon = 0.0
-        self.spent_delta = 0.0
-
-    @property
-    def remaining(self) -> float:
-        return self.epsilon - self.spent_epsilon
-
-    def charge(self, mechanism: Mechanism, n: int) -> float:
-        """Charge one release of ``n`` units under one draw of ``mechanism``; returns its
-        epsilon. BudgetExceededError, and nothing charged, if it would pass the budget."""
-        cost = float(mechanism.release_epsilon(n))
-        eps = self.spent_epsilon + cost
-        delta = self.spent_delta + min(1.0, mechanism.delta * n)
-        if not (eps <= self.epsilon * (1 + 1e-12) and delta <= self.delta * (1 + 1e-12)):
-            unit = mechanism.unit
-            raise BudgetExceededError(
-                f"Releasing {n} {unit}(s) under one draw of {mechanism.name} costs epsilon "
-                f"{cost:.6g} for all {n} together, which would spend {eps:.6g} (delta "
-                f"{delta:.3g}) of a budget of {self.epsilon:g} (delta {self.delta:g}); "
-                f"{self.remaining:.6g} is left. Nothing was perturbed or sent."
-            )
-        self.spent_epsilon, self.spent_delta = eps, delta
-        return cost
 
 
 class Mechanism(ABC):
@@ -186,6 +268,53 @@ class Mechanism(ABC):
     def cells_per_worker(self, answers: Answers) -> np.ndarray:
         """How many perturbed units each worker releases (its answers, by default)."""
         return answers.worker_counts()
+
+    # ------------------------------------------------------------------ its channel
+    #: Whether it is randomized response over the labels: each answer kept with probability
+    #: ``1 - f`` and otherwise replaced by one of the other labels uniformly, with ``f`` drawn
+    #: from the law :meth:`flip_law` gives (one-layer, binary, two-layer).
+    flips_labels: ClassVar[bool] = False
+    #: Whether it releases the worker's whole row, one cell per task of the public task list
+    #: (NULL included), in one release, rather than the answers the worker gave.
+    releases_cells: ClassVar[bool] = False
+
+    def _no_channel(self, what: str) -> ValidationError:
+        return ValidationError(
+            f"{type(self).__name__} ({self.name}) has no {what}: the perturbation-aware models "
+            "read one from randomized response (one-layer, binary, two-layer), krr-null, "
+            "two-layer-null and exp-gaussian only."
+        )
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """The channel ``C[r, a]``: the probability that one unit, alone, is released as symbol
+        ``r`` given the true symbol ``a`` (a worker's private draw marginalised out). Over the
+        labels for randomized response (``n_labels`` checked against the mechanism's own); over
+        the scores then NULL for P3's randomized response with NULL. A ValidationError for a
+        mechanism whose releases are not symbols of a finite domain."""
+        raise self._no_channel("channel over a finite set of symbols")
+
+    def shared_channel(self, n_labels: int | None = None) -> np.ndarray:
+        """The part of :meth:`channel` every worker's release goes through; what is left is
+        worker-specific symmetric randomized response, which each worker's own parameters
+        absorb. The whole channel where every worker perturbs alike."""
+        return self.channel(n_labels)
+
+    def flip_law(self, n_points: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Randomized response's flip probabilities and their weights: one point where every
+        worker flips alike, a grid of ``n_points`` where each draws its own (two-layer). A
+        ValidationError where the mechanism is not randomized response (:attr:`flips_labels`)."""
+        raise self._no_channel("flip probability (it is not randomized response over labels)")
+
+    def keep_variance(self) -> float:
+        """The variance, over the workers' private draws, of the probability that a unit keeps
+        its symbol: 0 where every worker perturbs alike."""
+        raise self._no_channel("keep probability (it is not randomized response)")
+
+    @property
+    def variance_law(self) -> tuple[str, float]:
+        """The law of the noise variance each worker draws, as ``(kind, parameter)``:
+        ``("exp", rate)`` for P1's exponential-variance Gaussian."""
+        raise self._no_channel("noise variance law (it adds no Gaussian noise)")
 
     # ------------------------------------------------------------------ running
     @abstractmethod

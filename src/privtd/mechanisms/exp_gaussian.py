@@ -170,6 +170,11 @@ class ExpGaussian(CellMechanism):
         return self.sensitivity * math.sqrt(2.0 * self.rate)
 
     @property
+    def variance_law(self) -> tuple[str, float]:
+        """``("exp", rate)``: each worker's variance ``v_u ~ Exp(rate)``."""
+        return "exp", float(self.rate)
+
+    @property
     def noise_std(self) -> float:
         """The standard deviation of one report's noise, ``v_u`` marginalised:
         ``sqrt(E[v_u]) = 1 / sqrt(rate)`` (the grid's rounding, at most ``g / 2``, aside)."""

@@ -66,6 +66,21 @@ class ScoreDomain(Mechanism):
 class NullAwareMechanism(ScoreDomain):
     """Perturbs every cell of a worker's row independently; unanswered cells enter as NULL."""
 
+    releases_cells: ClassVar[bool] = True
+
+    def _symbol_channel(self, keep: float, other: float, n_labels: int | None) -> np.ndarray:
+        """Randomized response over the scores then NULL: ``keep`` on the diagonal, ``other``
+        elsewhere; ``n_labels``, if given, must count those ``|Gamma| + 1`` symbols."""
+        k = self.domain_size + 1
+        if n_labels is not None and n_labels != k:
+            raise ValidationError(
+                f"{type(self).__name__} releases {k} symbols (the {self.domain_size} scores of "
+                f"[{self.low}, {self.high}] and NULL); got n_labels={n_labels}."
+            )
+        channel = np.full((k, k), other)
+        np.fill_diagonal(channel, keep)
+        return channel
+
     @abstractmethod
     def _perturb_cells(
         self,
@@ -180,6 +195,15 @@ class KRRNull(NullAwareMechanism):
     @property
     def epsilon(self) -> float:
         return abs(math.log(self.keep * self.domain_size / (1 - self.keep)))
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """Keep with ``keep``, each other symbol with ``(1 - keep) / |Gamma|``."""
+        keep = float(self.keep)
+        return self._symbol_channel(keep, (1.0 - keep) / self.domain_size, n_labels)
+
+    def keep_variance(self) -> float:
+        """0: every worker keeps with the same probability."""
+        return 0.0
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
@@ -379,6 +403,12 @@ class TwoLayerNull(NullAwareMechanism):
     def epsilon(self) -> float:
         keep, other = self._marginal()
         return math.log(keep / other)
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """One cell alone, ``eps_u`` marginalised: keep with ``E[keep]``, each other symbol
+        with ``E[other]``."""
+        keep, other = self._marginal()
+        return self._symbol_channel(keep, other, n_labels)
 
     def _guarantee_note(self) -> str:
         return (

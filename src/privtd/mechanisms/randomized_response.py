@@ -49,6 +49,14 @@ def flip_for_epsilon(epsilon: float, n_labels: int) -> float:
     return (n_labels - 1) / (n_labels - 1 + math.exp(epsilon))
 
 
+def flip_channel(f: float, n_labels: int) -> np.ndarray:
+    """Randomized response at flip probability ``f`` as a channel ``C[r, a]``: ``1 - f`` on the
+    diagonal, ``f / (s - 1)`` elsewhere."""
+    matrix = np.full((n_labels, n_labels), f / (n_labels - 1))
+    np.fill_diagonal(matrix, 1.0 - f)
+    return matrix
+
+
 def _flip(
     codes: np.ndarray, f: np.ndarray, n_labels: int, u_flip: np.ndarray, u_other: np.ndarray
 ) -> np.ndarray:
@@ -79,6 +87,7 @@ class OneLayerRR(CellMechanism):
     allow_uninformative: bool = False
     name: ClassVar[str] = "one-layer"
     unit: ClassVar[Unit] = "answer"
+    flips_labels: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_labels("OneLayerRR", self.n_labels)
@@ -91,6 +100,15 @@ class OneLayerRR(CellMechanism):
     @property
     def epsilon(self) -> float:
         return float(flip_epsilon(self.f, self.n_labels))
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """``R_f``: keep with ``1 - f``, each other label with ``f / (s - 1)``."""
+        self._check_domain(self.n_labels if n_labels is None else n_labels)
+        return flip_channel(float(self.f), self.n_labels)
+
+    def flip_law(self, n_points: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """Every worker flips with ``f``: one point."""
+        return np.array([float(self.f)]), np.ones(1)
 
     @classmethod
     def from_epsilon(  # type: ignore[override]
@@ -181,6 +199,7 @@ class TwoLayerRR(CellMechanism):
     allow_uninformative: bool = False
     name: ClassVar[str] = "two-layer"
     unit: ClassVar[Unit] = "answer"
+    flips_labels: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_labels("TwoLayerRR", self.n_labels)
@@ -207,6 +226,27 @@ class TwoLayerRR(CellMechanism):
     @property
     def epsilon(self) -> float:
         return float(flip_epsilon((self.a + self.b) / 2.0, self.n_labels))
+
+    def channel(self, n_labels: int | None = None) -> np.ndarray:
+        """One answer alone, ``f_u`` marginalised: ``R_f`` at the mean flip ``(a + b) / 2``."""
+        self._check_domain(self.n_labels if n_labels is None else n_labels)
+        return flip_channel((self.a + self.b) / 2.0, self.n_labels)
+
+    def shared_channel(self, n_labels: int | None = None) -> np.ndarray:
+        """``R_a``. RR channels compose by multiplying their scales ``1 - f s / (s - 1)``, so a
+        worker's ``R_{f_u} = R_g R_a`` with a worker-specific ``R_g``: the shared part is
+        ``R_a`` (docs/inference.md)."""
+        self._check_domain(self.n_labels if n_labels is None else n_labels)
+        return flip_channel(float(self.a), self.n_labels)
+
+    def flip_law(self, n_points: int = 32) -> tuple[np.ndarray, np.ndarray]:
+        """``n_points`` quantile midpoints of ``U(a, b)``, equally weighted (one point where
+        ``a = b``)."""
+        a, b = float(self.a), float(self.b)
+        if b - a < 1e-12:
+            return np.array([a]), np.ones(1)
+        points = a + (b - a) * (np.arange(n_points) + 0.5) / n_points
+        return points, np.full(n_points, 1.0 / n_points)
 
     def _guarantee_note(self) -> str:
         return (

@@ -22,7 +22,6 @@ from ..errors import ValidationError
 from ..inference import AWARE_METHODS, make_estimator
 from ..inference.adaptive import AdaptiveRedundancy, TaskPosteriors
 from ..mechanisms._base import Mechanism
-from ..mechanisms.randomized_response import OneLayerRR, TwoLayerRR
 from .schema import reports as t_reports
 from .schema import tasks as t_tasks
 
@@ -47,7 +46,7 @@ def check(mech: Mechanism, settings: dict[str, Any], n_labels: int) -> dict[str,
     """The settings to store (every one named, defaults filled in), or a ValidationError: the
     mechanism must perturb each label through a known channel (randomized response), and the
     target must be above what no answer at all gives."""
-    if not isinstance(mech, OneLayerRR | TwoLayerRR):
+    if not mech.flips_labels:
         raise ValidationError(
             f"Adaptive redundancy reads each task's posterior through a randomized-response "
             f"channel (one-layer, two-layer, binary-rr); {mech.name} has none. Drop 'adaptive'."

@@ -18,10 +18,10 @@ from ..client import (
 )
 from ..errors import ValidationError
 from ..inference import METHODS, NO_AWARE_METHOD, RELEASE_METHODS, aware_method
-from ..mechanisms import MECHANISMS, make_mechanism
+from ..mechanisms import MECHANISMS, Accountant, make_mechanism
 from ..mechanisms._base import CellMechanism, Mechanism
 from ..mechanisms.exp_gaussian import ExpGaussian
-from ..mechanisms.null_aware import KRRNull, LaplaceNull, NullAwareMechanism, TwoLayerNull
+from ..mechanisms.null_aware import KRRNull, LaplaceNull, TwoLayerNull
 from ..mechanisms.randomized_response import TwoLayerRR
 
 #: Mechanisms a device can run alone, answer by answer (MF needs the whole matrix's profiles).
@@ -87,19 +87,16 @@ def worker_spend(mech: Mechanism, n_answers: int) -> float:
     """The epsilon one worker spends answering ``n_answers`` tasks (the whole row for P3's
     mechanisms), each submission as large as one may be: the sum, over its draws, of each
     draw's whole release (what the server's ``spent_epsilon`` and the worker's ledger count)."""
-    if whole_row(mech):
-        return float(mech.release_epsilon(n_answers))
-    full, rest = divmod(n_answers, MAX_REPORTS)
-    whole = float(mech.release_epsilon(MAX_REPORTS)) * full if full else 0.0
-    return whole + (float(mech.release_epsilon(rest)) if rest else 0.0)
+    return Accountant.draws_cost(mech, n_answers, None if whole_row(mech) else MAX_REPORTS)
 
 
 def answers_within(mech: Mechanism, limit: float, k: int) -> int:
     """The most of ``k`` tasks one worker can answer, one submission each draw (see
     :func:`worker_spend`), spending at most ``limit``."""
+    account = Accountant(limit)
     if whole_row(mech):
-        return k if worker_spend(mech, k) <= limit * (1 + 1e-12) else 0
-    return largest_within(lambda j: worker_spend(mech, j) <= limit * (1 + 1e-12), k)
+        return k if account.allows(worker_spend(mech, k)) else 0
+    return largest_within(lambda j: account.allows(worker_spend(mech, j)), k)
 
 
 def check_worker_spend(
@@ -125,7 +122,7 @@ def check_worker_spend(
     n = n_tasks if max_answers is None else min(n_tasks, max_answers)
     cost = worker_spend(mech, n)
     spend = min(float(budget), cost)
-    if raise_ok or spend <= lifetime * (1 + 1e-12):
+    if raise_ok or Accountant(lifetime).allows(spend):
         return spend, n
     fits = answers_within(mech, lifetime, n)
     ways = []
@@ -364,7 +361,7 @@ def pick_method(mech: Mechanism, method: str | None) -> str:
 
 def whole_row(mech: Mechanism) -> bool:
     """P3's mechanisms release a worker's whole row, NULLs included, in one submission."""
-    return isinstance(mech, NullAwareMechanism)
+    return mech.releases_cells
 
 
 def encode_values(mech: Mechanism, labels: list[Any] | None, values: Sequence[Any]) -> list[Any]:

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Header, HTTPException
 from fastapi.responses import JSONResponse
 
+from ...mechanisms import Accountant
 from .. import adaptive, campaigns
 from ..bodies import SubmissionIn, SubmissionOut, TaskOut
 from ..schema import campaigns as t_campaigns
@@ -145,8 +146,9 @@ def submit(
         # ceiling (a campaign made before it, or under a laxer one, takes nothing past it);
         # the whole release is what the worker's budget is charged.
         _, epsilon = campaigns.check_release(mech, len(keys), max_epsilon)
-        spent = who.spent_epsilon + epsilon
-        if spent > row.budget_epsilon * (1 + 1e-12):
+        account = Accountant(row.budget_epsilon, spent_epsilon=who.spent_epsilon)
+        spent, _ = account.after(epsilon)
+        if not account.allows(epsilon):
             raise HTTPException(
                 409,
                 f"These {len(keys)} reports cost epsilon {epsilon:.6g} for all {len(keys)} "
