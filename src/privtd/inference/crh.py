@@ -8,6 +8,7 @@ import numpy as np
 from .._rng import RNGLike
 from ._base import _check_choice
 from ._loss_weighted import LossWeightedEstimator
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class CRH(LossWeightedEstimator):
@@ -33,6 +34,8 @@ class CRH(LossWeightedEstimator):
     Edge cases (the paper is silent): a loss of 0 is clamped to ``1e-12 * max(1, sum L)``; when
     every loss is 0 or every weight is 0 (one worker), weights fall back to 1.
     """
+
+    __privtd_tags__ = Tags("crh", executors=MEMORY_AND_DASK)
 
     normalize_by_std = True
 
