@@ -295,14 +295,14 @@ def infer(
     """
     from ..errors import NotNumericError
     from ..inference import (
-        AWARE_METHOD,
-        AWARE_METHODS,
         METHODS,
         NO_AWARE_METHOD,
         RELEASE_METHODS,
         aware_method,
         estimator_params,
+        get_tags,
         make_estimator,
+        takes_mechanism,
     )
 
     _one_stdout(output=output, workers_output=workers_output, probas_output=probas_output)
@@ -351,9 +351,12 @@ def infer(
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    if mechanism is None and method in AWARE_METHODS:
+    # Only the named method's estimator is imported here (``takes_mechanism``), not them all.
+    if mechanism is None and method is not None and takes_mechanism(method):
         if method not in AWARE_WITHOUT_MECHANISM:
-            releases = " or ".join(k for k, v in AWARE_METHOD.items() if v == method)
+            releases = " or ".join(
+                get_tags(METHODS.get(method) or RELEASE_METHODS[method]).mechanisms
+            )
             raise ValidationError(
                 f"{method} reads the rows a mechanism ({releases}) released and needs it: give "
                 f"{_GIVE_MECHANISM}."
@@ -516,7 +519,7 @@ def infer(
                     "Pass --method to pick one (P3's aggregator: sigma)."
                 )
             _settle_moved(moved, method_params, method, mechanism, calibrated, estimator_params)
-        if method in AWARE_METHODS:
+        if takes_mechanism(method):
             params["mechanism"] = mech
         else:
             # The user asked for a plain estimator: run it, but say the channel goes unused,
