@@ -20,6 +20,7 @@ from ..errors import ValidationError as _ValidationError
 
 if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
     from ._base import Estimator, clone
+    from ._tags import Tags, get_tags
     from .aware_dawid_skene import AwareDawidSkene
     from .aware_gaussian import AwareGaussian
     from .aware_null import AwareNull
