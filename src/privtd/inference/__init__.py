@@ -295,22 +295,22 @@ def _aware_methods() -> frozenset[str]:
     return frozenset(method for method, _ in all_estimators(aware=True))
 
 
-#: The lists read off the estimators' tags, built on first use (they import every estimator):
-#:
-#: - ``AWARE_METHOD``: the perturbation-aware estimator for each mechanism that has one (its
-#:   tags' ``default_for``), what ``privtd infer --mechanism NAME`` and the service pick when no
-#:   method is given. Randomized response gets the Dawid-Skene model at every label count (over
-#:   two labels with a learned class prior and the balanced decision; over more with a fixed
-#:   uniform class prior: docs/inference.md).
-#: - ``AWARE_METHODS``: the estimators that take the mechanism as their first parameter (their
-#:   tags name the mechanisms they model).
+#: The lists read off the estimators' tags, built on first use (they import every estimator).
 _DERIVED: dict[str, _typing.Callable[[], _typing.Any]] = {
     "AWARE_METHOD": _aware_method,
     "AWARE_METHODS": _aware_methods,
 }
 
 if _typing.TYPE_CHECKING:
+    #: The perturbation-aware estimator for each mechanism that has one (its tags'
+    #: ``default_for``): what ``privtd infer --mechanism NAME`` and the service pick when no
+    #: method is given. Randomized response gets the Dawid-Skene model at every label count
+    #: (over two labels with a learned class prior and the balanced decision; over more with a
+    #: fixed uniform class prior: docs/inference.md). Built from the tags on first use.
     AWARE_METHOD: dict[str, str]
+    #: The estimators that take the mechanism as their first parameter (their tags name the
+    #: mechanisms they model). Built from the tags on first use; :func:`takes_mechanism` asks
+    #: about one method without importing the others.
     AWARE_METHODS: frozenset[str]
 
 
