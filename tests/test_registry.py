@@ -229,3 +229,13 @@ def test_a_broken_estimator_fails_the_check_for_what_it_breaks(estimator, failin
 
 def test_check_estimator_passes_a_registered_estimator():
     check_estimator(make_estimator("mv"))
+
+
+def test_the_clis_aware_forms_model_randomized_response():
+    # infer's note for a plain method under randomized response names its aware form
+    # (privtd.cli.infer.AWARE_FORM): each form's tags must say it models those mechanisms.
+    from privtd.cli.infer import AWARE_FORM, RANDOMIZED_RESPONSE
+
+    for plain, form in AWARE_FORM.items():
+        assert get_tags(METHODS[form]).mechanisms == RANDOMIZED_RESPONSE, form
+        assert not get_tags(METHODS[plain]).aware

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import ValidationError
+from ..inference._tags import RANDOMIZED_RESPONSE  # the mechanisms AWARE_FORM's forms model
 from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
@@ -55,8 +56,6 @@ AWARE_FORM = {
     "zencrowd": "aware-zencrowd",
 }
 
-#: The mechanisms the forms in AWARE_FORM model.
-RANDOMIZED_RESPONSE = ("one-layer", "two-layer", "binary-rr")
 
 _GIVE_MECHANISM = "-M NAME -e EPSILON (or -p KEY=VALUE), or --mechanism-report FILE"
 
