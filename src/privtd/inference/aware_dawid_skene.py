@@ -249,6 +249,7 @@ class AwareDawidSkene(Estimator):
     __privtd_tags__ = Tags(
         "aware-ds",
         mechanisms=RANDOMIZED_RESPONSE,
+        # The default over aware-one-coin at every label count: privtd.inference.AWARE_METHOD.
         default_for=RANDOMIZED_RESPONSE,
         executors=MEMORY_AND_DASK,
     )
