@@ -239,3 +239,32 @@ def test_the_clis_aware_forms_model_randomized_response():
     for plain, form in AWARE_FORM.items():
         assert get_tags(METHODS[form]).mechanisms == RANDOMIZED_RESPONSE, form
         assert not get_tags(METHODS[plain]).aware
+
+
+def test_the_aware_default_imports_only_the_estimators_before_it():
+    # infer --mechanism one-layer looks up its default without importing every estimator.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import json, sys\n"
+        "from privtd.inference import aware_method\n"
+        "from privtd.mechanisms import OneLayerRR\n"
+        "print(aware_method(OneLayerRR(f=0.1, n_labels=2)))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('privtd.inference'))))"
+    )
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+    ).stdout.splitlines()
+    assert out[0] == "aware-ds"
+    loaded = set(json.loads(out[1]))
+    assert "privtd.inference.aware_dawid_skene" in loaded
+    assert not loaded & {"privtd.inference.glad", "privtd.inference.minimax_entropy"}
+    assert inference.aware_method(MECHANISMS["laplace"]) is None  # none is tagged for it

@@ -320,8 +320,18 @@ if _typing.TYPE_CHECKING:
 
 def aware_method(mechanism: _typing.Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
-    table: dict[str, str] = globals().get("AWARE_METHOD") or __getattr__("AWARE_METHOD")
-    return table.get(getattr(mechanism, "name", ""))
+    from ._tags import get_tags
+
+    name = getattr(mechanism, "name", "")
+    table: dict[str, str] | None = globals().get("AWARE_METHOD")
+    if table is not None:
+        return table.get(name)
+    # The first estimator tagged the default for it is the only one (building AWARE_METHOD
+    # refuses two): stopping there spares ``privtd infer --mechanism`` importing the rest.
+    for method, spec in _METHOD_SPECS.items():
+        if name in get_tags(__getattr__(spec.split(":")[1])).default_for:
+            return method
+    return None
 
 
 def takes_mechanism(method: str) -> bool:
