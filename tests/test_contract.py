@@ -1,8 +1,14 @@
-"""One contract, checked on every estimator (STYLE.md: parametrize over every estimator)."""
+"""One contract, checked on every estimator (STYLE.md: parametrize over every estimator).
+
+The contract itself is :mod:`privtd.utils.estimator_checks`, driven by each estimator's tags;
+here it runs on every registered estimator, and on each perturbation-aware one told each
+mechanism it models (its "METHOD@MECHANISM" cases fit answers that mechanism perturbed, so
+gold, unanswered tasks, label types and warm starts go through the channel). What follows it is
+privtd's own: crowd-kit's names, the told mechanism entering the fit, and multi-label fits.
+"""
 
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Any
 
@@ -10,74 +16,63 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privtd import METHODS, Answers, NotFittedError, SchemaError, ValidationError, make_estimator
-from privtd.datasets import make_categorical, make_numeric
+from privtd import Answers, NotFittedError, SchemaError, ValidationError, make_estimator
 from privtd.errors import ConvergenceWarning
-from privtd.inference import AWARE_METHODS, BinaryRelevance
+from privtd.inference import BinaryRelevance, all_estimators, get_tags
 from privtd.inference._base import CROWDKIT_ONLY_NAMES
 from privtd.mechanisms import ExpGaussian, OneLayerRR, TwoLayerRR
+from privtd.utils.estimator_checks import (
+    estimator_id,
+    parametrize_with_checks,
+    toy_answers,
+)
 
-#: The mechanisms the perturbation-aware estimators are told in their "METHOD@MECHANISM" cases,
-#: which fit answers that mechanism perturbed, so gold, unanswered tasks, label types and warm
-#: starts go through the channel (the bare "METHOD" cases run each without one).
+#: The mechanisms the perturbation-aware estimators are told in their "METHOD@MECHANISM" cases.
 CHANNELS = {
     "one-layer": OneLayerRR(f=0.1, n_labels=2),
     "two-layer": TwoLayerRR(a=0.05, b=0.2, n_labels=2),
     "exp-gaussian": ExpGaussian(rate=2.0, low=-5.0, high=15.0),
 }
-TOLD = [
-    f"{method}@{channel}"
-    for method in [
-        "aware-one-coin",
-        "aware-ds",
-        "aware-select",
-        "aware-glad",
-        "aware-mace",
-        "aware-zencrowd",
-    ]
-    for channel in ["one-layer", "two-layer"]
+
+
+def _estimators() -> list[Any]:
+    """Every registered estimator (bar those that read a mechanism's release only), and each
+    aware one told each mechanism of CHANNELS that its tags say it models."""
+    out = []
+    for method, cls in all_estimators():
+        tags = get_tags(cls)
+        if tags.release_only:
+            continue
+        out.append(make_estimator(method))
+        out += [
+            make_estimator(method, mechanism=CHANNELS[m]) for m in tags.mechanisms if m in CHANNELS
+        ]
+    return out
+
+
+ESTIMATORS = _estimators()
+#: (case id, estimator, answer kind) for the privtd-only tests below.
+CASES = [
+    pytest.param(est, kind, id=f"{estimator_id(est)}-{kind}")
+    for est in ESTIMATORS
+    for kind in get_tags(est).kinds
 ]
-
-CATEGORICAL = [
-    "mv",
-    "wv",
-    "crh",
-    "catd",
-    "ds",
-    "one-coin-ds",
-    "aware-one-coin",
-    "aware-ds",
-    "aware-select",
-    "lc",
-    "private-ds",
-    "wawa",
-    "zbs",
-    "kos",
-    "mmsr",
-    "glad",
-    "aware-glad",
-    "mace",
-    "aware-mace",
-    "zencrowd",
-    "aware-zencrowd",
-    "minimax",
-    *TOLD,
-]
-NUMERIC = ["crh", "catd", "gtm", "aware-gaussian", "raykar", "sigma", "mean", "median"]
-NUMERIC += ["aware-gaussian@exp-gaussian"]
-BINARY_ONLY = {"lc", "private-ds", "kos"}
-CASES = [(m, "categorical") for m in CATEGORICAL] + [(m, "numeric") for m in NUMERIC]
+TOLD = [case for case in CASES if "@" in case.id]
+CATEGORICAL = [estimator_id(e) for e in ESTIMATORS if "categorical" in get_tags(e).kinds]
 
 
-def method_of(case: str) -> str:
-    return case.partition("@")[0]
-
-
-def test_every_method_is_covered():
-    assert {method_of(c) for c in CATEGORICAL + NUMERIC} == set(METHODS)
+def test_every_method_and_mechanism_is_covered():
+    plain = {estimator_id(e) for e in ESTIMATORS if "@" not in estimator_id(e)}
+    assert plain == {m for m, c in all_estimators() if not get_tags(c).release_only}
     # ... and every perturbation-aware one is told a mechanism in some case.
-    told = {method_of(c) for c in CATEGORICAL + NUMERIC if "@" in c}
-    assert told == AWARE_METHODS & set(METHODS)
+    told = {estimator_id(e).partition("@")[0] for e in ESTIMATORS if "@" in estimator_id(e)}
+    assert told == {m for m, c in all_estimators(aware=True) if not get_tags(c).release_only}
+    assert len(ESTIMATORS) == 28 + 6 * 2 + 1
+
+
+@parametrize_with_checks(ESTIMATORS)
+def test_estimator_contract(estimator, check):
+    check(estimator)
 
 
 def build(case: str, **params) -> Any:
@@ -89,20 +84,14 @@ def build(case: str, **params) -> Any:
 
 
 def toy(kind: str, case: str = "") -> pd.DataFrame:
-    if kind == "categorical":
-        answers, _, _ = make_categorical(40, 9, 2, answers_per_task=5, accuracy=(0.7, 0.95), rng=3)
-    else:
-        answers, _, _ = make_numeric(20, 8, answers_per_task=6, error_rate=2.0, rng=3)
-    _, _, channel = case.partition("@")
-    if channel:
-        answers = CHANNELS[channel].perturb(answers, rng=5)
-    return answers.to_frame()
+    """The checks' small crowd of this kind, perturbed by the case's mechanism if it has one."""
+    return toy_answers(build(case or "mv"), kind)
 
 
-def fit(case: str, data, **kwargs):
+def fit(est: Any, data, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return build(case).fit(data, **kwargs)
+        return (build(est) if isinstance(est, str) else est).fit(data, **kwargs)
 
 
 def seeded(case: str) -> dict[str, Any]:
@@ -115,40 +104,26 @@ def seeded(case: str) -> dict[str, Any]:
     return params
 
 
-@pytest.mark.parametrize("method, kind", [(m, k) for m, k in CASES if "@" in m])
-def test_told_mechanism_enters_the_fit(method, kind):
+@pytest.mark.parametrize("est, kind", TOLD)
+def test_told_mechanism_enters_the_fit(est, kind):
     # The told cases check the contract through the channel only if the estimator uses it:
     # on the same perturbed answers, the fit without the mechanism must differ.
-    data = toy(kind, method)
-    told = fit(method, data)
-    blind = fit(method_of(method), data)
-    assert told.get_params()["mechanism"] is CHANNELS[method.partition("@")[2]]
+    data = toy_answers(est, kind)
+    told = fit(est, data)
+    blind = fit(make_estimator(get_tags(est).name), data)
+    assert told.get_params()["mechanism"] is est.get_params()["mechanism"]
     assert not np.allclose(told.weights_["weight"], blind.weights_["weight"], rtol=1e-6)
 
 
-@pytest.mark.parametrize("method, kind", CASES)
-def test_fitted_attributes(method, kind):
-    data = toy(kind, method)
-    est = fit(method, data)
-    tasks = pd.Index(pd.unique(data["task"]))
-    assert est.truths_.index.equals(tasks)
-    assert est.truths_.notna().all()
-    counts = data.groupby("worker", sort=False).size()
-    assert est.weights_["n_answers"].to_dict() == counts.to_dict()
-    assert np.isfinite(est.weights_["weight"]).all()
-    assert isinstance(est.n_iter_, int) and est.n_iter_ >= 1
-    assert isinstance(est.converged_, bool)
-    assert isinstance(est.objective_, np.ndarray)
-    if est.probas_ is not None:
-        np.testing.assert_allclose(est.probas_.sum(axis=1), 1.0)
-    if kind == "categorical":
-        assert set(est.truths_) <= set(data["answer"])
+@pytest.mark.parametrize("est, kind", CASES)
+def test_crowdkit_names_answer(est, kind):
     # crowd-kit's names answer too (docs/reference.md, "crowd-kit's names in privtd").
+    est = fit(est, toy_answers(est, kind))
     assert est.labels_ is est.truths_
     assert est.skills_.name == "skill" and est.skills_.index.name == "worker"
     assert est.skills_.index.equals(est.weights_.index)
     # Majority vote's skill is crowd-kit's: agreement with the majority, not the vote weight.
-    skill = "agreement" if method == "mv" else "weight"
+    skill = "agreement" if get_tags(est).name == "mv" else "weight"
     np.testing.assert_array_equal(est.skills_.to_numpy(), est.weights_[skill].to_numpy())
     assert isinstance(est.loss_history_, list) and est.loss_history_ == est.objective_.tolist()
     if "confusions_" in vars(est):
@@ -156,29 +131,10 @@ def test_fitted_attributes(method, kind):
         assert est.errors_.index.names == ["worker", "label"]
     else:
         assert est.errors_ is None
-    params = seeded(method)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        once = build(method, **params).fit(data)
-        pd.testing.assert_series_equal(build(method, **params).fit_predict(data), once.truths_)
-        if once.probas_ is None:
-            with pytest.raises(ValidationError, match="has no per-task probabilities"):
-                build(method, **params).fit_predict_proba(data)
-        else:
-            probas = build(method, **params).fit_predict_proba(data)
-            pd.testing.assert_frame_equal(probas, once.probas_)
 
 
-@pytest.mark.parametrize("method, kind", CASES)
-def test_not_fitted(method, kind):
-    est = build(method)
-    with pytest.raises(NotFittedError, match="call fit"):
-        _ = est.truths_
-    assert not hasattr(est, "truths_") and getattr(est, "truths_", "none") == "none"
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_names_the_model_lacks(method, kind):
+@pytest.mark.parametrize("est, kind", CASES)
+def test_names_the_model_lacks(est, kind):
     # A name the model has no attribute for is an AttributeError that says so, not "call fit
     # first" (which a fitted model cannot act on); crowd-kit's names point to privtd's.
     def error(est, name):
@@ -190,8 +146,8 @@ def test_names_the_model_lacks(method, kind):
         return str(info.value)
 
     table = 'docs/reference.md, "crowd-kit\'s names in privtd"'
-    assert table in error(build(method), "alphas_")  # no fit would give it
-    est = fit(method, toy(kind, method))
+    assert table in error(est, "alphas_")  # no fit would give it
+    est = fit(est, toy_answers(est, kind))
     # No estimator has a crowd-kit-only name (privtd's own name for it is in the table).
     assert not (set(vars(est)) | set(dir(type(est)))) & CROWDKIT_ONLY_NAMES
     for name in ["alphas_", "thetas_", "spamming_", "scores_"]:
@@ -204,34 +160,6 @@ def test_names_the_model_lacks(method, kind):
     message = error(est, lacking)
     assert f"has no attribute {lacking!r}; its fitted attributes are " in message
     assert "truths_" in message and table not in message
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_missing_column(method, kind):
-    with pytest.raises(SchemaError, match="lacks column"):
-        build(method).fit(toy(kind, method).drop(columns="worker"))
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_empty_input(method, kind):
-    with pytest.raises(ValidationError, match="empty"):
-        build(method).fit(toy(kind, method).iloc[:0])
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_nan_answer(method, kind):
-    data = toy(kind, method)
-    data.loc[3, "answer"] = np.nan
-    with pytest.raises(ValidationError, match="missing"):
-        build(method).fit(data)
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_duplicate_pairs(method, kind):
-    data = toy(kind, method)
-    data = pd.concat([data, data.iloc[[0]]], ignore_index=True)
-    with pytest.raises(ValidationError, match="repeat a \\(task, worker\\) pair"):
-        build(method).fit(data)
 
 
 #: aware-ds's fit is the MAP of a model with a learned class prior and a Dirichlet prior on
@@ -258,229 +186,6 @@ def test_aware_ds_keeps_a_lone_worker_with_a_fixed_class_prior(channel):
         est = build(case, class_prior="uniform").fit(one)
     expected = one.set_index("task")["answer"]
     assert est.truths_.loc[expected.index].tolist() == expected.tolist()
-
-
-@pytest.mark.parametrize(
-    "method, kind",
-    CASES,
-)
-def test_one_worker(method, kind):
-    data = toy(kind, method)
-    one = data[data["worker"] == data["worker"].iloc[0]]
-    est = fit(method, one)
-    expected = one.set_index("task")["answer"]
-    if kind == "categorical":
-        assert est.truths_.loc[expected.index].tolist() == expected.tolist()
-    else:
-        np.testing.assert_allclose(est.truths_.loc[expected.index], expected, atol=1e-9)
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_one_task(method, kind):
-    data = toy(kind, method)
-    one = data[data["task"] == data["task"].iloc[0]]
-    est = fit(method, one)
-    assert len(est.truths_) == 1
-    if kind == "numeric":
-        assert one["answer"].min() <= est.truths_.iloc[0] <= one["answer"].max()
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_tasks_nobody_answered(method, kind):
-    # A campaign's tasks are known before anyone answers (the service fits such Answers): an
-    # unanswered task, first, between others and last, must not disturb the rest, nor warn.
-    data = toy(kind, method)
-    base = Answers.from_frame(data)
-    n = base.n_tasks
-    names = [base.tasks[i // 2] if i % 2 else f"empty{i}" for i in range(2 * n + 1)]
-    wide = Answers(
-        task=(2 * base.task + 1).astype(np.int32),
-        worker=base.worker,
-        value=base.value,
-        tasks=pd.Index(names),
-        workers=base.workers,
-        labels=base.labels,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        est = fit(method, wide)
-    alone = fit(method, data)
-    answered = est.truths_.loc[alone.truths_.index]
-    empty = est.truths_.drop(alone.truths_.index)
-    assert len(empty) == n + 1
-    if kind == "categorical":
-        assert (answered == alone.truths_).mean() >= 0.95
-        np.testing.assert_allclose(est.probas_.sum(axis=1), 1.0)
-        assert est.probas_.notna().all().all()
-    else:
-        np.testing.assert_allclose(answered, alone.truths_, rtol=1e-4, atol=1e-4)
-        assert empty.isna().all()  # nothing is known of them
-    assert np.isfinite(est.weights_["weight"]).all()
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_workers_without_answers(method, kind):
-    # A campaign's enrolled workers are known before they answer: a listed worker with no
-    # answers must not disturb the truths, nor warn (a 0/0 in a per-worker score).
-    data = toy(kind, method)
-    base = Answers.from_frame(data)
-    m = base.n_workers
-    names = [base.workers[i // 2] if i % 2 else f"idle{i}" for i in range(2 * m + 1)]
-    wide = Answers(
-        task=base.task,
-        worker=(2 * base.worker + 1).astype(np.int32),
-        value=base.value,
-        tasks=base.tasks,
-        workers=pd.Index(names),
-        labels=base.labels,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        est = fit(method, wide)
-    alone = fit(method, data)
-    if kind == "categorical":
-        assert (est.truths_ == alone.truths_).mean() >= 0.95
-        assert est.probas_.notna().all().all()
-    else:
-        np.testing.assert_allclose(est.truths_, alone.truths_, rtol=1e-4, atol=1e-4)
-    assert len(est.weights_) == 2 * m + 1
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_every_listed_attribute_reads(method, kind):
-    # A loop over dir(est) must not raise: every public name listed reads after a fit.
-    est = fit(method, toy(kind, method))
-    for name in dir(est):
-        if name.endswith("_") and not name.startswith("_"):
-            getattr(est, name)
-    assert hasattr(est, "warm_state_") == bool(est.warm_starts)
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_warm_start_from_a_previous_fit(method, kind):
-    data = toy(kind, method)
-    est = build(method)
-    if not est.warm_starts:
-        with pytest.raises(ValidationError, match="warm_start"):
-            est.fit(data, warm_start={"estimator": "X", "tasks": [], "values": []})
-        return
-    cold = fit(method, data)
-    # The state survives JSON (the service keeps it in its database between runs).
-    state = json.loads(json.dumps(cold.warm_state_))
-    warm = fit(method, data, warm_start=state)
-    # Resumed at its own fixed point, the fit stays there and stops within a few steps.
-    assert warm.n_iter_ <= max(3, cold.n_iter_ // 2), (warm.n_iter_, cold.n_iter_)
-    if kind == "categorical":
-        assert (warm.truths_ == cold.truths_).mean() >= 0.95  # near-ties may fall either way
-    else:
-        # EM stops when a step moves less than tol; a slow one (aware-gaussian: 84 steps
-        # here) is then still up to tol / (1 - rate) from its fixed point, and the resumed fit
-        # goes on towards it: 0.006 here, on truths spread over 0..10 with noise sd 2.
-        np.testing.assert_allclose(warm.truths_, cold.truths_, atol=0.02)
-    # In-process, the fitted estimator itself resumes the same way (without the lists).
-    direct = fit(method, data, warm_start=cold)
-    assert direct.n_iter_ == warm.n_iter_
-    np.testing.assert_allclose(direct.weights_["weight"], warm.weights_["weight"], rtol=1e-9)
-    # A state that names some tasks only: the others start as usual.
-    part = dict(state, tasks=state["tasks"][:5], values=state["values"][:5])
-    assert fit(method, data, warm_start=part).truths_.index.equals(cold.truths_.index)
-    for bad, match in [
-        (dict(state, estimator="Other"), "comes from Other"),
-        (dict(state, tasks=["no-such-task", *state["tasks"][1:]]), "task"),
-        (dict(state, values=state["values"][:-1]), "warm_start values"),
-        (
-            dict(state, values=[[-1.0] * len(v) for v in state["values"]])
-            if kind == "categorical"
-            else dict(state, values=[np.nan] * len(state["values"])),
-            "warm_start",
-        ),
-        ([1, 2], "warm_state_"),
-    ]:
-        with pytest.raises(ValidationError, match=match):
-            est.fit(data, warm_start=bad)
-
-
-@pytest.mark.parametrize("method", CATEGORICAL)
-@pytest.mark.parametrize("coding", ["int", "bool", "str"])
-def test_label_types_give_the_same_truths(method, coding):
-    data = toy("categorical", method)
-    mapping = {"int": {0: 10, 1: 20}, "bool": {0: False, 1: True}, "str": {0: "no", 1: "yes"}}[
-        coding
-    ]
-    recoded = data.assign(answer=data["answer"].map(mapping))
-    base = fit(method, data).truths_
-    other = fit(method, recoded).truths_
-    assert other.tolist() == base.map(mapping).tolist()
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_same_seed_same_output(method, kind):
-    data = toy(kind, method)
-    params = seeded(method)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        a = build(method, **params).fit(data)
-        b = build(method, **params).fit(data)
-    pd.testing.assert_series_equal(a.truths_, b.truths_)
-    pd.testing.assert_frame_equal(a.weights_, b.weights_)
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_gold_is_fixed(method, kind):
-    data = toy(kind, method)
-    est = fit(method, data)
-    task = est.truths_.index[0]
-    if kind == "categorical":
-        flipped = 1 - est.truths_.iloc[0]
-    else:
-        flipped = est.truths_.iloc[0] + 3.0
-    gold_fit = fit(method, data, gold=pd.Series({task: flipped}))
-    assert gold_fit.truths_.loc[task] == pytest.approx(flipped)
-
-
-@pytest.mark.parametrize("method, kind", CASES)
-def test_gold_errors(method, kind):
-    data = toy(kind, method)
-    with pytest.raises(ValidationError, match="no answers"):
-        build(method).fit(data, gold={"unknown-task": 1})
-    if kind == "categorical":
-        with pytest.raises(ValidationError, match="outside the answer domain"):
-            build(method).fit(data, gold={data["task"].iloc[0]: 7})
-
-
-@pytest.mark.parametrize("method", sorted(set(CATEGORICAL) - set(NUMERIC)))
-def test_categorical_only_rejects_numbers(method):
-    with pytest.raises(ValidationError, match="takes categorical answers; these are numeric"):
-        build(method).fit(toy("numeric"))
-
-
-@pytest.mark.parametrize("method", sorted(set(NUMERIC) - set(CATEGORICAL)))
-def test_numeric_only_rejects_labels(method):
-    with pytest.raises(ValidationError, match="takes numeric answers; these are categorical"):
-        build(method).fit(toy("categorical"))
-
-
-@pytest.mark.parametrize("method", sorted(BINARY_ONLY))
-def test_binary_only_rejects_multiclass(method):
-    answers, _, _ = make_categorical(20, 6, 3, answers_per_task=3, rng=1)
-    with pytest.raises(ValidationError, match="binary"):
-        build(method).fit(answers)
-
-
-ITERATIVE = [(m, k) for m, k in CASES if METHODS[method_of(m)].iterative]
-
-
-def test_iterative_methods_take_max_iter_and_tol():
-    for method, _ in ITERATIVE:
-        assert {"max_iter", "tol"} <= set(build(method).get_params())
-
-
-@pytest.mark.parametrize("method, kind", ITERATIVE)
-def test_bad_iteration_parameters(method, kind):
-    with pytest.raises(ValidationError, match="'max_iter' parameter .* must be an int >= 1. Got 0"):
-        build(method, max_iter=0).fit(toy(kind, method))
-    with pytest.raises(ValidationError, match="'tol' parameter"):
-        build(method, tol=-1.0).fit(toy(kind, method))
 
 
 def test_unknown_method_and_parameter():

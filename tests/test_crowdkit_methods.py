@@ -313,15 +313,14 @@ def test_mmsr_with_crowdkits_conventions_matches_it(name):
     assert _agree(est.truths_.to_numpy(), ref["mmsr"]) >= 0.995
 
 
-def test_kos_is_binary():
-    answers, _, _ = make_categorical(20, 6, 3, answers_per_task=3, rng=1)
+def test_kos_is_binary(three_labels):
     with pytest.raises(ValidationError, match="KOS is binary; these answers have 3 labels"):
-        KOS().fit(answers)
+        KOS().fit(three_labels)
 
 
 # ---------------------------------------------------------------- crowd-kit's attribute names
-def test_crowdkit_attribute_names():
-    answers = datasets.load("dog").answers
+def test_crowdkit_attribute_names(dog_answers):
+    answers = dog_answers
     ds = DawidSkene().fit(answers)
     assert ds.labels_ is ds.truths_
     pd.testing.assert_series_equal(

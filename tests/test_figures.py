@@ -18,7 +18,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from privtd import datasets  # noqa: E402
 from privtd.experiments import kdd18, report  # noqa: E402
 from privtd.inference import DawidSkene, MajorityVote  # noqa: E402
 
@@ -152,8 +151,8 @@ def test_kdd18_summary_fits_100_columns_without_duplicate_columns():
 
 # ---------------------------------------------------------------------- privtd.plot
 @pytest.fixture(scope="module")
-def dog_fit():
-    return DawidSkene().fit(datasets.load("dog").answers)
+def dog_fit(dog_answers):
+    return DawidSkene().fit(dog_answers)
 
 
 def test_plot_worker_quality_and_confusions(dog_fit):
@@ -177,12 +176,12 @@ def test_plot_worker_quality_and_confusions(dog_fit):
     np.testing.assert_allclose(np.asarray(shown).sum(axis=1), 1.0, atol=1e-6)
 
 
-def test_plot_says_what_is_wrong(dog_fit):
+def test_plot_says_what_is_wrong(dog_fit, dog_answers):
     from privtd import plot
     from privtd.errors import NotFittedError, ValidationError
 
     with pytest.raises(ValidationError, match="confusions_"):
-        plot.confusions(MajorityVote().fit(datasets.load("dog").answers))
+        plot.confusions(MajorityVote().fit(dog_answers))
     with pytest.raises(NotFittedError, match="fit"):
         plot.worker_quality(DawidSkene())
     with pytest.raises(ValidationError, match="no 'epsilon' column"):

@@ -212,8 +212,8 @@ def test_parameters_are_checked():
             MinimaxEntropy(**bad).fit(answers)
 
 
-def test_default_penalties_are_the_authors_rule():
-    answers = datasets.load("dog").answers
+def test_default_penalties_are_the_authors_rule(dog_answers):
+    answers = dog_answers
     est = fitted(answers, max_iter=2)
     k = answers.n_labels
     assert est.beta_ == k * k / 4
@@ -236,7 +236,7 @@ def test_start_is_the_majority_vote_shares():
     assert sigma_counts.sum() == pytest.approx(answers.n_answers)
 
 
-def test_cli_infers_with_minimax(tmp_path, capsys):
+def test_cli_infers_with_minimax(tmp_path, capsys, dog_truth):
     code, _, _ = run_cli(["datasets", "export", "dog", "-o", str(tmp_path / "dog")], capsys)
     assert code == 0
     out, workers = tmp_path / "t.csv", tmp_path / "w.csv"
@@ -246,7 +246,7 @@ def test_cli_infers_with_minimax(tmp_path, capsys):
     truths = pd.read_csv(out)
     assert list(truths.columns) == ["task", "truth"] and len(truths) == 807
     assert {"worker", "weight", "n_answers"} <= set(pd.read_csv(workers).columns)
-    truth = datasets.load("dog").truth
+    truth = dog_truth
     pred = truths.set_index("task")["truth"].loc[truth.index.astype(type(truths["task"][0]))]
     assert (pred.to_numpy() == truth.to_numpy()).mean() > 0.8
 

@@ -615,9 +615,9 @@ def _default_method(mechanism: Any) -> str:
 
 
 def _fit_truths(reports: Answers, mechanism: Any, method: str) -> np.ndarray:
-    from .inference import AWARE_METHODS, make_estimator
+    from .inference import make_estimator, takes_mechanism
 
-    params = {"mechanism": mechanism} if method in AWARE_METHODS else {}
+    params = {"mechanism": mechanism} if takes_mechanism(method) else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = make_estimator(method, **params).fit(reports)

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import click
 
 from ..errors import ValidationError
+from ..inference._tags import RANDOMIZED_RESPONSE  # the mechanisms AWARE_FORM's forms model
 from ._common import (
     ANSWER_KIND,
     ON_DUPLICATE,
@@ -58,8 +59,6 @@ AWARE_FORM = {
     "zencrowd": "aware-zencrowd",
 }
 
-#: The mechanisms the forms in AWARE_FORM model.
-RANDOMIZED_RESPONSE = ("one-layer", "two-layer", "binary-rr")
 
 _GIVE_MECHANISM = "-M NAME -e EPSILON (or -p KEY=VALUE), or --mechanism-report FILE"
 
@@ -425,14 +424,17 @@ def _check_request(
 ) -> None:
     """Refuse what no answers can make work (a missing output folder, an aware method that
     needs its mechanism, --gold with --no-gold) before reading them."""
-    from ..inference import AWARE_METHOD, AWARE_METHODS
+    from ..inference import METHODS, RELEASE_METHODS, get_tags, takes_mechanism
 
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValidationError(f"The folder of {path!r} does not exist. Create it first.")
-    if mechanism is None and method in AWARE_METHODS:
+    # Only the named method's estimator is imported here (``takes_mechanism``), not them all.
+    if mechanism is None and method is not None and takes_mechanism(method):
         if method not in AWARE_WITHOUT_MECHANISM:
-            releases = " or ".join(k for k, v in AWARE_METHOD.items() if v == method)
+            releases = " or ".join(
+                get_tags(METHODS.get(method) or RELEASE_METHODS[method]).mechanisms
+            )
             raise ValidationError(
                 f"{method} reads the rows a mechanism ({releases}) released and needs it: give "
                 f"{_GIVE_MECHANISM}."
@@ -611,12 +613,12 @@ def _build_estimator(
     """The estimator to fit, the method it runs (the mechanism's aware one where none was
     named) and the mechanism built from the request (None without one)."""
     from ..inference import (
-        AWARE_METHODS,
         METHODS,
         NO_AWARE_METHOD,
         RELEASE_METHODS,
         aware_method,
         make_estimator,
+        takes_mechanism,
     )
 
     params: dict[str, Any] = {}
@@ -644,7 +646,7 @@ def _build_estimator(
                     "Pass --method to pick one (P3's aggregator: sigma)."
                 )
             _settle_moved(moved, method_params, method, mechanism, calibrated)
-        if method in AWARE_METHODS:
+        if takes_mechanism(method):
             params["mechanism"] = mech
         else:
             _note_channel_unused(method, mechanism, mech)
@@ -794,13 +796,13 @@ def _report(
         if noisy:
             click.echo(f"privtd: warning: {_with_hint(noisy, 'clip')}", err=True)
     if data.is_categorical and engine == "memory" and truths is not None:
-        from ..inference import AWARE_METHODS
+        from ..inference import takes_mechanism
         from ..inference.decision import fitted_prior, one_class_warning
 
         warning = one_class_warning(
             truths,
             data,
-            mechanism=mech if method in AWARE_METHODS else None,
+            mechanism=mech if takes_mechanism(method) else None,
             method=method,
             prior=fitted_prior(estimator),
             decision=rule,

@@ -1,7 +1,9 @@
 """The server's side: truth inference on (possibly perturbed) answers.
 
 Every estimator follows one contract (``fit(answers, *, gold=None) -> self``, results in
-attributes ending in ``_``); :data:`METHODS` maps the CLI's method names to them.
+attributes ending in ``_``) and declares its tags (:class:`Tags`: its method name, the answer
+kinds it takes, the mechanisms it models, where it runs); :func:`all_estimators` lists the
+registered ones, and :data:`METHODS` maps the CLI's method names to them.
 """
 
 # No ``from __future__ import annotations`` and no bare helper imports here: each would show up
@@ -17,7 +19,8 @@ from collections.abc import Mapping as _Mapping
 from ..errors import ValidationError as _ValidationError
 
 if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers
-    from ._base import Estimator
+    from ._base import Estimator, clone
+    from ._tags import Tags, get_tags
     from .aware_dawid_skene import AwareDawidSkene
     from .aware_gaussian import AwareGaussian
     from .aware_null import AwareNull
@@ -49,6 +52,10 @@ if _typing.TYPE_CHECKING:  # what the lazy names below resolve to, for type chec
 
 __all__ = [
     "Estimator",
+    "Tags",
+    "get_tags",
+    "all_estimators",
+    "clone",
     "MajorityVote",
     "WeightedVote",
     "CRH",
@@ -87,6 +94,7 @@ __all__ = [
     "AWARE_METHODS",
     "NO_AWARE_METHOD",
     "aware_method",
+    "takes_mechanism",
     "make_estimator",
     "estimator_params",
     "fit_distributed",
@@ -94,8 +102,10 @@ __all__ = [
 ]
 
 #: Every method name the CLI and :func:`make_estimator` take, as ``"module:Class"`` of its
-#: estimator in this package: the one table the method registries below (and the CLI's choice
-#: list, ``privtd.cli._names``) are read from. A class is imported when its name is first used.
+#: estimator in this package: the index that lets the CLI's choice list (``privtd.cli._names``)
+#: and :data:`METHODS` name the methods without importing any estimator. What each method is
+#: (its kinds, mechanisms, executors) its class's tags say; tests/test_registry.py checks that
+#: this index names each class under its tag's name. A class is imported when first used.
 _METHOD_SPECS: dict[str, str] = {
     "mv": "majority_vote:MajorityVote",
     "wv": "weighted_vote:WeightedVote",
@@ -125,9 +135,9 @@ _METHOD_SPECS: dict[str, str] = {
     "zencrowd": "zencrowd:ZenCrowd",
     "aware-zencrowd": "zencrowd:AwareZenCrowd",
     "minimax": "minimax_entropy:MinimaxEntropy",
-    # Estimators that only read a mechanism's release of whole rows (every (worker, task) cell
-    # reported, NULL included): they need the mechanism, so RELEASE_METHODS holds them, not
-    # METHODS, whose members fit any answers of their kind.
+    # Estimators tagged release_only, which only read a mechanism's release of whole rows
+    # (every (worker, task) cell reported, NULL included): they need the mechanism, so
+    # RELEASE_METHODS holds them, not METHODS, whose members fit any answers of their kind.
     "aware-null": "aware_null:AwareNull",
 }
 _RELEASE_ONLY = ("aware-null",)
@@ -137,6 +147,9 @@ _RELEASE_ONLY = ("aware-null",)
 _LAZY: dict[str, str] = {
     **{spec.split(":")[1]: spec.split(":")[0] for spec in _METHOD_SPECS.values()},
     "Estimator": "_base",
+    "clone": "_base",
+    "Tags": "_tags",
+    "get_tags": "_tags",
     "BinaryRelevance": "binary_relevance",
     "decide": "decision",
     "DECISIONS": "decision",
@@ -146,7 +159,9 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> _typing.Any:
-    if name in _LAZY:
+    if name in _DERIVED:
+        value = _DERIVED[name]()
+    elif name in _LAZY:
         value = getattr(_importlib.import_module(f".{_LAZY[name]}", __name__), name)
     elif not name.startswith("__") and name in _submodules():  # privtd.inference.glad, ...
         value = _importlib.import_module(f".{name}", __name__)
@@ -196,22 +211,6 @@ METHODS: "_Mapping[str, type[Estimator]]" = _Estimators(
     m for m in _METHOD_SPECS if m not in _RELEASE_ONLY
 )
 
-#: The perturbation-aware estimator for each mechanism that has one: what ``privtd infer
-#: --mechanism NAME`` and the service pick when no method is given. Randomized response gets the
-#: Dawid-Skene model at every label count: over two labels with a learned class prior and the
-#: balanced decision (two coins per worker: on Duchenne and sentiment it beats the one-coin model
-#: at most epsilons), over more with a fixed uniform class prior (its ``class_prior="auto"``),
-#: which met the plain methods' balanced accuracy on the bundled sets over more than two labels
-#: where the one-coin model fell short of Dawid-Skene at high epsilon (docs/inference.md).
-AWARE_METHOD: dict[str, str] = {
-    "one-layer": "aware-ds",
-    "two-layer": "aware-ds",
-    "binary-rr": "aware-ds",
-    "exp-gaussian": "aware-gaussian",
-    "krr-null": "aware-null",
-    "two-layer-null": "aware-null",
-}
-
 #: Why the mechanisms without a perturbation-aware estimator have none (docs/reproduction.md,
 #: bigdata18), for the error that asks for --method instead.
 NO_AWARE_METHOD: dict[str, str] = {
@@ -223,26 +222,129 @@ NO_AWARE_METHOD: dict[str, str] = {
     "channel to model",
 }
 
-#: The estimators that take the mechanism as their first parameter.
-#: GLAD, MACE and ZenCrowd's aware forms compose their model with the randomized-response
-#: channel (docs/inference.md).
-AWARE_METHODS = frozenset(
-    {
-        "aware-one-coin",
-        "aware-ds",
-        "aware-select",
-        "aware-gaussian",
-        "aware-null",
-        "aware-glad",
-        "aware-mace",
-        "aware-zencrowd",
-    }
-)
+
+def all_estimators(
+    *,
+    kind: str | None = None,
+    aware: bool | None = None,
+    executor: str | None = None,
+) -> list[tuple[str, "type[Estimator]"]]:
+    """Every registered estimator as ``(method name, class)``, in the CLI's order.
+
+    Imports every estimator module (the registry itself, :data:`METHODS`, does not). The
+    filters keep the estimators whose tags (:func:`get_tags`) match.
+
+    Parameters
+    ----------
+    kind : {"categorical", "numeric"}, optional
+        Only those that take this kind of answers.
+    aware : bool, optional
+        Only the perturbation-aware ones (True: they model a mechanism's channel and take it
+        as their first parameter) or only the plain ones (False).
+    executor : {"memory", "dask"}, optional
+        Only those that run there (``"dask"``: :func:`fit_distributed`).
+
+    Examples
+    --------
+    >>> from privtd.inference import all_estimators
+    >>> [name for name, _ in all_estimators(kind="numeric", executor="dask")]
+    ['crh', 'catd', 'gtm', 'raykar', 'sigma', 'mean', 'median']
+    """
+    from ._tags import EXECUTORS, get_tags
+
+    if kind not in (None, "categorical", "numeric"):
+        raise _ValidationError(
+            f"The 'kind' argument of all_estimators must be 'categorical', 'numeric' or None. "
+            f"Got {kind!r}."
+        )
+    if executor not in (None, *EXECUTORS):
+        raise _ValidationError(
+            f"The 'executor' argument of all_estimators must be one of "
+            f"{', '.join(map(repr, EXECUTORS))} or None. Got {executor!r}."
+        )
+    found = []
+    for method, spec in _METHOD_SPECS.items():
+        cls: type[Estimator] = __getattr__(spec.split(":")[1])
+        tags = get_tags(cls)
+        if kind is not None and kind not in tags.kinds:
+            continue
+        if aware is not None and tags.aware != aware:
+            continue
+        if executor is not None and executor not in tags.executors:
+            continue
+        found.append((method, cls))
+    return found
+
+
+def _aware_method() -> dict[str, str]:
+    from ._tags import get_tags
+
+    table: dict[str, str] = {}
+    for method, cls in all_estimators(aware=True):
+        for mechanism in get_tags(cls).default_for:
+            if mechanism in table:
+                raise RuntimeError(
+                    f"Both {table[mechanism]} and {method} are tagged the default for the "
+                    f"{mechanism} mechanism; tag one."
+                )
+            table[mechanism] = method
+    return table
+
+
+def _aware_methods() -> frozenset[str]:
+    return frozenset(method for method, _ in all_estimators(aware=True))
+
+
+#: The lists read off the estimators' tags, built on first use (they import every estimator).
+_DERIVED: dict[str, _typing.Callable[[], _typing.Any]] = {
+    "AWARE_METHOD": _aware_method,
+    "AWARE_METHODS": _aware_methods,
+}
+
+if _typing.TYPE_CHECKING:
+    #: The perturbation-aware estimator for each mechanism that has one (its tags'
+    #: ``default_for``): what ``privtd infer --mechanism NAME`` and the service pick when no
+    #: method is given. Randomized response gets the Dawid-Skene model at every label count:
+    #: over two labels with a learned class prior and the balanced decision (two coins per
+    #: worker: on Duchenne and sentiment it beats the one-coin model at most epsilons), over
+    #: more with a fixed uniform class prior (its ``class_prior="auto"``), which met the plain
+    #: methods' balanced accuracy on the bundled sets over more than two labels where the
+    #: one-coin model fell short of Dawid-Skene at high epsilon (docs/inference.md). Built from
+    #: the tags on first use.
+    AWARE_METHOD: dict[str, str]
+    #: The estimators that take the mechanism as their first parameter (their tags name the
+    #: mechanisms they model). Built from the tags on first use; :func:`takes_mechanism` asks
+    #: about one method without importing the others.
+    AWARE_METHODS: frozenset[str]
 
 
 def aware_method(mechanism: _typing.Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
-    return AWARE_METHOD.get(getattr(mechanism, "name", ""))
+    from ._tags import get_tags
+
+    name = getattr(mechanism, "name", "")
+    table: dict[str, str] | None = globals().get("AWARE_METHOD")
+    if table is not None:
+        return table.get(name)
+    # The first estimator tagged the default for it is the only one (building AWARE_METHOD
+    # refuses two): stopping there spares ``privtd infer --mechanism`` importing the rest.
+    for method, spec in _METHOD_SPECS.items():
+        if name in get_tags(__getattr__(spec.split(":")[1])).default_for:
+            return method
+    return None
+
+
+def takes_mechanism(method: str) -> bool:
+    """Whether a method's estimator is perturbation-aware (takes the mechanism), importing
+    that estimator only."""
+    from ._tags import get_tags
+
+    cls = METHODS.get(method) or RELEASE_METHODS.get(method)
+    if cls is None:
+        raise _ValidationError(
+            f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
+        )
+    return get_tags(cls).aware
 
 
 #: The estimators that need a mechanism's release of whole rows (see the table above).

@@ -16,6 +16,7 @@ from .._repr import short_list
 from ..answers import Answers, as_answers
 from ..errors import ConvergenceWarning, NotFittedError, ValidationError
 from . import _kernels
+from ._tags import Tags
 
 if TYPE_CHECKING:
     from .distributed import DistributedAnswers
@@ -170,6 +171,9 @@ class Estimator(ABC):
     models without them).
     """
 
+    #: What the class declares about itself (:func:`privtd.inference.get_tags` reads it with
+    #: ``kinds``, ``warm_starts`` and ``iterative``): an unregistered estimator by default.
+    __privtd_tags__: ClassVar[Tags] = Tags()
     kinds: ClassVar[tuple[str, ...]] = ("categorical",)
     iterative: ClassVar[bool] = False
     #: Whether ``fit`` takes ``warm_start=`` (iterative models that can resume from a previous
@@ -283,6 +287,20 @@ class Estimator(ABC):
             for k, v in vars(self).items()
             if not k.endswith("_") and not k.startswith("_") and k != "progress"
         }
+
+    def set_params(self, **params: Any) -> Estimator:
+        """Set parameters by name (those :meth:`get_params` lists); returns the estimator.
+        As in ``__init__``, the values are checked when ``fit`` runs."""
+        known = self.get_params()
+        for key in params:
+            if key not in known:
+                raise ValidationError(
+                    f"{type(self).__name__} has no parameter {key!r}; its parameters are "
+                    f"{', '.join(known) or 'none'}."
+                )
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -411,6 +429,14 @@ class Estimator(ABC):
                 ConvergenceWarning,
                 stacklevel=3,
             )
+
+
+def clone(estimator: Estimator) -> Estimator:
+    """A new, unfitted estimator of the same class with the same parameters (the values
+    themselves, not copies: privtd's mechanisms and parameters are immutable)."""
+    if not isinstance(estimator, Estimator):
+        raise ValidationError(f"clone takes a privtd estimator; got {type(estimator).__name__}.")
+    return type(estimator)(**estimator.get_params())
 
 
 def confusion_frame(answers: Answers, cube: np.ndarray) -> pd.DataFrame:

@@ -51,6 +51,10 @@ class LossWeightedEstimator(EMEstimator):
     tie_break: str
     rng: RNGLike
 
+    def _numeric_loss(self) -> str:
+        """The numeric loss a fit uses (a method, so that fit sets no public attribute)."""
+        return self.numeric_loss
+
     @abstractmethod
     def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Per-worker weight from the per-worker summed loss and answer count."""
@@ -155,7 +159,7 @@ class LossWeightedModel(Model):
         super().__init__(est.tol)
         self.est, self.shape = est, shape
         self.categorical = shape.n_labels > 0
-        self.squared = est.numeric_loss == "squared"
+        self.squared = est._numeric_loss() == "squared"
         self.ties = (getattr(est, "tie_break", "first"), getattr(est, "rng", None))
         self.start_arg = (*self.ties, est.init, est.normalize_by_std, self.squared)
 

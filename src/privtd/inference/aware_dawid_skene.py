@@ -37,6 +37,7 @@ from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float, confusion_frame
 from ._channel import compose, flip_law, report_channel
 from ._ops import squarem_extrapolate
+from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import EPS, gold_array, soft_majority
 from .decision import check_decision, decision_codes, default_decision
 from .perturbation_aware import TruthStep, majority_orientation
@@ -244,6 +245,14 @@ class AwareDawidSkene(Estimator):
     (``weight`` = the prior-weighted own accuracy, ``flip`` = the posterior mean of the worker's
     flip probability, ``observed_accuracy`` = the same for the reports it sent).
     """
+
+    __privtd_tags__ = Tags(
+        "aware-ds",
+        mechanisms=RANDOMIZED_RESPONSE,
+        # The default over aware-one-coin at every label count: privtd.inference.AWARE_METHOD.
+        default_for=RANDOMIZED_RESPONSE,
+        executors=MEMORY_AND_DASK,
+    )
 
     iterative = True
     warm_starts = True

@@ -33,6 +33,7 @@ from . import _kernels
 from ._base import Estimator, Gold, _check_float, _check_int
 from ._em import InMemory, MemoryPart, Model, Shape, run_em
 from ._ops import task_mean
+from ._tags import Tags
 
 
 def noise_law(mechanism: Any) -> tuple[str, float]:
@@ -198,6 +199,10 @@ class AwareGaussian(Estimator):
     ``own_variance`` = ``E[sigma_u^2]``, the part not explained by the mechanism),
     ``truth_sd_`` (posterior standard deviation per task), ``variance_prior_`` (``G``).
     """
+
+    __privtd_tags__ = Tags(
+        "aware-gaussian", mechanisms=("exp-gaussian",), default_for=("exp-gaussian",)
+    )
 
     kinds = ("numeric",)
     iterative = True

@@ -52,6 +52,7 @@ from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._em import InMemory, MemoryPart, Model, run_em
 from ._ops import squarem_extrapolate
+from ._tags import Tags
 
 
 def null_channel(mechanism: Any) -> np.ndarray:
@@ -376,6 +377,13 @@ class AwareNull(Estimator):
     as answers, NULL reports left out (as ``perturb`` returns them); a task's NULL reports are
     counted as the workers minus its answers.
     """
+
+    __privtd_tags__ = Tags(
+        "aware-null",
+        mechanisms=("krr-null", "two-layer-null"),
+        default_for=("krr-null", "two-layer-null"),
+        release_only=True,
+    )
 
     kinds = ("numeric",)
     iterative = True

@@ -41,6 +41,7 @@ import pandas as pd
 from ..answers import Answers
 from ..errors import ValidationError
 from ._base import Estimator, Gold, _check_int, confusion_frame
+from ._tags import RANDOMIZED_RESPONSE, Tags
 from .aware_dawid_skene import AwareDawidSkene
 from .decision import check_decision
 from .perturbation_aware import AwareOneCoin
@@ -107,6 +108,8 @@ class AwareSelect(Estimator):
     model's ``truths_``, ``probas_``, ``priors_``, ``decision_``, ``weights_`` and, for the
     confusion models, ``confusions_`` (the pooled confusion repeated for every worker).
     """
+
+    __privtd_tags__ = Tags("aware-select", mechanisms=RANDOMIZED_RESPONSE)
 
     iterative = True
 

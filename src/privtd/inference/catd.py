@@ -8,6 +8,7 @@ import numpy as np
 from .._rng import RNGLike
 from ._base import _check_float
 from ._loss_weighted import LossWeightedEstimator
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class CATD(LossWeightedEstimator):
@@ -24,6 +25,8 @@ class CATD(LossWeightedEstimator):
         Significance level of the confidence interval; default 0.05.
     max_iter, tol, tie_break, rng : as in :class:`CRH`.
     """
+
+    __privtd_tags__ = Tags("catd", executors=MEMORY_AND_DASK)
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ import numpy as np
 from .._rng import RNGLike
 from ._base import _check_choice
 from ._loss_weighted import LossWeightedEstimator
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class CRH(LossWeightedEstimator):
@@ -34,6 +35,8 @@ class CRH(LossWeightedEstimator):
     every loss is 0 or every weight is 0 (one worker), weights fall back to 1.
     """
 
+    __privtd_tags__ = Tags("crh", executors=MEMORY_AND_DASK)
+
     normalize_by_std = True
 
     def __init__(
@@ -56,7 +59,9 @@ class CRH(LossWeightedEstimator):
         super()._validate_params()
         _check_choice("CRH", "loss", self.loss, ("squared", "absolute"))
         _check_choice("CRH", "weight_norm", self.weight_norm, ("sum", "max"))
-        self.numeric_loss = self.loss
+
+    def _numeric_loss(self) -> str:
+        return str(self.loss)  # a parameter here, not fixed by the class
 
     def _weights(self, loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
         total = float(loss.sum())

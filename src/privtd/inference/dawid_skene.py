@@ -13,6 +13,7 @@ from . import _kernels
 from ._base import Gold, WarmStart, _check_float, confusion_frame
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import shares, vote_matrix
+from ._tags import MEMORY_AND_DASK, Tags
 
 EPS = 1e-10
 
@@ -130,6 +131,8 @@ class DawidSkene(EMEstimator):
     ``confusions_.to_numpy().reshape(n_workers, K, K)``),
     ``weights_`` (``weight`` = the prior-weighted accuracy ``sum_l p_l pi_u[l, l]``).
     """
+
+    __privtd_tags__ = Tags("ds", executors=MEMORY_AND_DASK)
 
     warm_starts = True
 

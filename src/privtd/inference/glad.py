@@ -23,9 +23,17 @@ from ..answers import Answers
 from ._base import Estimator, Gold, _check_float, _check_int
 from ._channel import channel_matrix, report_likelihood
 from ._em import InMemory, MemoryPart, Model, run_em
+from ._tags import RANDOMIZED_RESPONSE, Tags
 from ._truth_step import task_incidence, truth_step
 
 _LOG_2PI = float(np.log(2 * np.pi))
+
+
+#: Why GLAD and its aware form stay in memory (docs/scale.md).
+_NOT_DISTRIBUTED = (
+    "its M-step fits each task's difficulty jointly with the workers' abilities by "
+    "conjugate gradients: each gradient would be a pass over the shards"
+)
 
 
 class GLAD(Estimator):
@@ -57,6 +65,8 @@ class GLAD(Estimator):
     ``betas_`` (inverse difficulty per task), ``difficulties_`` (``1 / beta``),
     ``n_iter_``, ``converged_``, ``objective_``.
     """
+
+    __privtd_tags__ = Tags("glad", not_distributed=_NOT_DISTRIBUTED)
 
     iterative = True
 
@@ -269,6 +279,12 @@ class AwareGLAD(GLAD):
     **params
         As :class:`GLAD`.
     """
+
+    __privtd_tags__ = Tags(
+        "aware-glad",
+        mechanisms=RANDOMIZED_RESPONSE,
+        not_distributed=_NOT_DISTRIBUTED,
+    )
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         self.mechanism = mechanism

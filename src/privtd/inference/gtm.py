@@ -12,6 +12,7 @@ from . import _kernels
 from ._base import _check_float
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import SortedByTask
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 def gtm_start(part: Any, previous: Any, model: GTM) -> tuple[Any, Any]:
@@ -108,6 +109,8 @@ class GTM(EMEstimator):
     ``max_iter``. ``objective_`` is the log posterior density (up to a constant) after each step.
     ``weights_["weight"]`` is ``1 / sigma_u^2`` in standardised units.
     """
+
+    __privtd_tags__ = Tags("gtm", executors=MEMORY_AND_DASK)
 
     kinds = ("numeric",)
 

@@ -11,6 +11,7 @@ from ..answers import Answers
 from ..errors import ValidationError
 from ._em import EMEstimator, Fit, Largest, Model, Shape
 from ._ops import shares, vote_matrix
+from ._tags import Tags
 
 
 def kos_start(part: Any, previous: Any, rng: RNGLike) -> tuple[Any, np.ndarray]:
@@ -144,6 +145,15 @@ class KOS(EMEstimator):
 
     Runs on the EM engine (:class:`KOSModel`) in memory only: see its docstring.
     """
+
+    __privtd_tags__ = Tags(
+        "kos",
+        binary_only=True,
+        not_distributed=(
+            "a round rescales every answer's message by the largest over all answers, a "
+            "reduction inside the round, and its random start is one draw per answer in input order"
+        ),
+    )
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-6, rng: RNGLike = 0) -> None:
         self.max_iter = max_iter

@@ -15,6 +15,7 @@ from ..errors import ValidationError
 from ._base import _check_float
 from ._em import EMEstimator, Fit, Largest, Model, Shape
 from ._ops import shares, vote_matrix
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 def lc_start(part: Any, previous: Any, arg: Any) -> tuple[np.ndarray, Any]:
@@ -91,6 +92,8 @@ class LatentClass(EMEstimator):
     clipped to ``[eta, 1 - eta]`` (default 1e-6).
     ``objective_`` is the log-likelihood ``sum_q log(p a_q + (1 - p) b_q)``.
     """
+
+    __privtd_tags__ = Tags("lc", binary_only=True, executors=MEMORY_AND_DASK)
 
     warm_starts = True
 

@@ -33,6 +33,7 @@ from ..answers import Answers
 from ._base import _check_choice, _check_float, _check_int
 from ._channel import channel_matrix, compose_confusions, truth_part
 from ._em import EMEstimator, Executor, Fit, Model, Shape, run_em
+from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import ds_pass
 
 # Arrays per worker: trust (earnest), spam (1 - trust under EM; less under VB), strategy (K).
@@ -81,6 +82,8 @@ class MACE(EMEstimator):
     ``answers.labels`` order), ``n_iter_`` / ``converged_`` / ``objective_`` of the restart
     kept, ``restart_objectives_``.
     """
+
+    __privtd_tags__ = Tags("mace", executors=MEMORY_AND_DASK)
 
     def __init__(
         self,
@@ -261,6 +264,8 @@ class AwareMACE(MACE):
     **params
         As :class:`MACE`.
     """
+
+    __privtd_tags__ = Tags("aware-mace", mechanisms=RANDOMIZED_RESPONSE, executors=MEMORY_AND_DASK)
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         self.mechanism = mechanism

@@ -9,6 +9,7 @@ from ..answers import Answers
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice
 from ._ops import argmax_ties, shares, vote_matrix
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class MajorityVote(Estimator):
@@ -27,6 +28,8 @@ class MajorityVote(Estimator):
     ``probas_`` holds the vote shares; ``weights_["agreement"]`` is each worker's fraction of
     answers equal to the majority.
     """
+
+    __privtd_tags__ = Tags("mv", executors=MEMORY_AND_DASK)
 
     def __init__(self, tie_break: str = "first", rng: RNGLike = None) -> None:
         self.tie_break = tie_break

@@ -5,10 +5,13 @@ from __future__ import annotations
 from ..answers import Answers
 from ._base import Estimator, Gold
 from ._ops import SortedByTask, task_mean
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class Mean(Estimator):
     """The plain mean of the answers to each task."""
+
+    __privtd_tags__ = Tags("mean", executors=MEMORY_AND_DASK)
 
     kinds = ("numeric",)
 
@@ -21,6 +24,8 @@ class Mean(Estimator):
 
 class Median(Estimator):
     """The median of the answers to each task (mean of the two middle ones for an even count)."""
+
+    __privtd_tags__ = Tags("median", executors=MEMORY_AND_DASK)
 
     kinds = ("numeric",)
 

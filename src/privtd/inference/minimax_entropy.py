@@ -30,6 +30,7 @@ import numpy as np
 from ..answers import Answers
 from ._base import _check_float, _check_int, confusion_frame
 from ._em import EMEstimator, Fit, Model, Shape
+from ._tags import Tags
 from ._truth_step import task_incidence, truth_step
 
 # exp() of a float64 overflows past 709: below this bound on |sigma| + |tau| the normaliser
@@ -162,6 +163,11 @@ class MinimaxEntropy(EMEstimator):
     D. Zhou, S. Basu, Y. Mao and J. C. Platt, "Learning from the Wisdom of Crowds by Minimax
     Entropy", NIPS 2012.
     """
+
+    __privtd_tags__ = Tags(
+        "minimax",
+        not_distributed="an M-step is an L-BFGS-B run that reads all the answers many times",
+    )
 
     def __init__(
         self,

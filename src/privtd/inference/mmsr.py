@@ -14,6 +14,7 @@ from ..answers import Answers
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import softmax_rows
 from ._skill_vote import decide, skill_votes
+from ._tags import Tags
 
 #: Sign graphs up to this many nodes are solved densely (exact and fast); larger ones by ARPACK.
 DENSE_EIGEN = 1500
@@ -160,6 +161,13 @@ class MMSR(EMEstimator):
 
     Runs on the EM engine (:class:`MMSRModel`) in memory only: see its docstring.
     """
+
+    __privtd_tags__ = Tags(
+        "mmsr",
+        not_distributed=(
+            "its rounds and signs work on the whole workers x workers covariance, not on shards"
+        ),
+    )
 
     def __init__(self, max_iter: int = 10000, tol: float = 1e-10, rng: RNGLike = 0) -> None:
         self.max_iter = max_iter

@@ -11,6 +11,7 @@ from ..answers import Answers
 from . import _kernels
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import per_worker
+from ._tags import MEMORY_AND_DASK, Tags
 from .dawid_skene import EPS
 
 
@@ -82,6 +83,8 @@ class OneCoinDawidSkene(EMEstimator):
     Stopping rule and ``objective_``: as :class:`DawidSkene` (log-likelihood per answer).
     ``weights_["weight"]`` is the accuracy ``s_u``; ``weights_["log_odds"]`` the vote weight.
     """
+
+    __privtd_tags__ = Tags("one-coin-ds", executors=MEMORY_AND_DASK)
 
     warm_starts = True
 

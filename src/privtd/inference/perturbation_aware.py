@@ -44,6 +44,7 @@ from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._channel import flip_law
 from ._ops import squarem_extrapolate
+from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import EPS, gold_array, soft_majority
 from .decision import check_decision, decision_codes, default_decision
 
@@ -166,6 +167,12 @@ class AwareOneCoin(Estimator):
     worker's own accuracy ``s_u``, ``log_odds`` = the vote weight), ``accuracy_prior_`` (the
     learned ``G`` as a Series over the grid).
     """
+
+    __privtd_tags__ = Tags(
+        "aware-one-coin",
+        mechanisms=RANDOMIZED_RESPONSE,
+        executors=MEMORY_AND_DASK,
+    )
 
     iterative = True
     warm_starts = True

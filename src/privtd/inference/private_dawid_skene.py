@@ -15,6 +15,7 @@ from ..errors import ValidationError
 from ._base import _check_float
 from ._em import EMEstimator, Fit, Largest, Model, Shape
 from ._ops import per_worker, shares, vote_matrix
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 def pds_start(part: Any, previous: Any, init: str | np.ndarray) -> tuple[np.ndarray, Any]:
@@ -122,6 +123,8 @@ class PrivateDawidSkene(EMEstimator):
     ``weights_`` has ``ability`` (the projected ``p_u``), ``ability_rescaled`` (``p_hat``) and
     ``weight`` (the vote log-odds). ``objective_`` records the largest change of ``y`` per step.
     """
+
+    __privtd_tags__ = Tags("private-ds", binary_only=True, executors=MEMORY_AND_DASK)
 
     def __init__(
         self,

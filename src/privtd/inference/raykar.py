@@ -10,6 +10,7 @@ import numpy as np
 from ._base import _check_choice, _check_float
 from ._loss_weighted import LossWeightedEstimator
 from ._ops import per_worker
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class Raykar(LossWeightedEstimator):
@@ -24,6 +25,8 @@ class Raykar(LossWeightedEstimator):
 
     ``weights_["weight"]`` is the precision used in the truth step.
     """
+
+    __privtd_tags__ = Tags("raykar", executors=MEMORY_AND_DASK)
 
     kinds: ClassVar[tuple[str, ...]] = ("numeric",)
     numeric_loss = "squared"

@@ -6,6 +6,7 @@ from ..answers import Answers
 from ._base import Estimator, Gold
 from ._ops import shares, vote_matrix
 from ._skill_vote import accuracy_against, decide, skill_votes
+from ._tags import Tags
 
 
 class Wawa(Estimator):
@@ -26,6 +27,8 @@ class Wawa(Estimator):
     >>> round(float(est.skills_.mean()), 3)
     0.787
     """
+
+    __privtd_tags__ = Tags("wawa")
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
         votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._loss_weighted import LossWeightedEstimator
 from ._ops import per_worker
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 class WeightedAverage(LossWeightedEstimator):
@@ -18,6 +19,8 @@ class WeightedAverage(LossWeightedEstimator):
     Starts from uniform weights (the plain mean). ``sigma_u`` is floored at 1e-12. Weights are
     normalised to sum to 1 (this does not change the truths).
     """
+
+    __privtd_tags__ = Tags("sigma", executors=MEMORY_AND_DASK)
 
     kinds: ClassVar[tuple[str, ...]] = ("numeric",)
     numeric_loss = "squared"

@@ -13,6 +13,7 @@ from . import _kernels
 from ._base import _check_choice, _check_float
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import argmax_ties, per_worker, softmax_rows, vote_matrix
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 def wv_start(part: Any, previous: Any, ties: tuple[str, RNGLike]) -> tuple[np.ndarray, Any]:
@@ -111,6 +112,8 @@ class WeightedVote(EMEstimator):
     votes, which is the posterior of the one-coin model with these weights and a uniform prior.
     ``objective_`` records the summed log-posterior of the chosen labels.
     """
+
+    __privtd_tags__ = Tags("wv", executors=MEMORY_AND_DASK)
 
     def __init__(
         self,

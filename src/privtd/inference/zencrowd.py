@@ -24,6 +24,7 @@ from ..answers import Answers
 from ._channel import channel_matrix, compose_confusions, truth_part
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import per_worker
+from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import ds_pass
 
 _CLIP = 1e-6
@@ -101,6 +102,8 @@ class ZenCrowd(EMEstimator):
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = reliability ``p_u``).
     """
 
+    __privtd_tags__ = Tags("zencrowd", executors=MEMORY_AND_DASK)
+
     warm_starts = True
 
     def __init__(self, *, max_iter: int = 100, tol: float = 1e-5) -> None:
@@ -138,6 +141,12 @@ class AwareZenCrowd(ZenCrowd):
     **params
         As :class:`ZenCrowd`.
     """
+
+    __privtd_tags__ = Tags(
+        "aware-zencrowd",
+        mechanisms=RANDOMIZED_RESPONSE,
+        executors=MEMORY_AND_DASK,
+    )
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         self.mechanism = mechanism

@@ -13,6 +13,7 @@ from ._base import _check_float, _check_int
 from ._em import EMEstimator, Fit, Model, Shape
 from ._ops import shares
 from ._skill_vote import decide, skill_votes
+from ._tags import MEMORY_AND_DASK, Tags
 
 
 def zbs_start(part: Any, previous: Any, arg: Any) -> tuple[None, None]:
@@ -111,6 +112,8 @@ class ZeroBasedSkill(EMEstimator):
     -----
     ``weights_["weight"]`` (also ``skills_``) is the skill; ``probas_`` the weighted vote shares.
     """
+
+    __privtd_tags__ = Tags("zbs", executors=MEMORY_AND_DASK)
 
     def __init__(
         self,

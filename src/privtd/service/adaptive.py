@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from ..answers import Answers
 from ..errors import ValidationError
-from ..inference import AWARE_METHODS, make_estimator
+from ..inference import make_estimator, takes_mechanism
 from ..inference.adaptive import AdaptiveRedundancy, TaskPosteriors
 from ..mechanisms._base import Mechanism
 from .schema import reports as t_reports
@@ -152,7 +152,7 @@ def _fitted(
         workers=pd.Index(workers),
         labels=pd.Index(campaign.labels),
     )
-    params: dict[str, Any] = {"mechanism": mech} if campaign.method in AWARE_METHODS else {}
+    params: dict[str, Any] = {"mechanism": mech} if takes_mechanism(campaign.method) else {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

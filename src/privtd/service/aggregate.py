@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from ..answers import Answers
 from ..errors import ConvergenceWarning, PrivtdError
-from ..inference import AWARE_METHODS, AwareNull, make_estimator
+from ..inference import AwareNull, make_estimator, takes_mechanism
 from . import campaigns
 from .schema import reports as t_reports
 from .schema import runs as t_runs
@@ -147,7 +147,7 @@ class Runner:
             if answers is None:
                 raise PrivtdError("The campaign has no reports yet.")
             params: dict[str, Any] = {}
-            if campaign.method in AWARE_METHODS:
+            if takes_mechanism(campaign.method):
                 params["mechanism"] = mech
             estimator = make_estimator(campaign.method, **params)
             on_cluster = self.dask_scheduler is not None and on_dask(campaign.method)

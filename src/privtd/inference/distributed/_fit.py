@@ -23,22 +23,19 @@ import pandas as pd
 
 from ...answers import Answers
 from ...errors import ValidationError
-from .. import _kernels
+from .. import _kernels, all_estimators
 from .._base import Estimator, gold_series
 from .._em import EMEstimator, Shape
+from .._tags import get_tags
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
 from ..dawid_skene import DawidSkene, ds_pass, ds_start
-from ..glad import GLAD
 from ..gtm import GTM
-from ..kos import KOS
 from ..latent_class import LatentClass
 from ..mace import MACE, AwareMACE
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
-from ..minimax_entropy import MinimaxEntropy
-from ..mmsr import MMSR
 from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
 from ..perturbation_aware import AwareOneCoin
 from ..private_dawid_skene import PrivateDawidSkene
@@ -349,52 +346,46 @@ def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswer
     return fit
 
 
-_DRIVERS: dict[type[Estimator], tuple[str, Callable[..., None]]] = {
-    MajorityVote: ("mv", _fit_mv),
-    WeightedVote: ("wv", _fit_em),
-    DawidSkene: ("ds", _fit_em),
-    OneCoinDawidSkene: ("one-coin-ds", _fit_em),
-    LatentClass: ("lc", _fit_em),
-    CRH: ("crh", _fit_em),
-    CATD: ("catd", _fit_em),
-    GTM: ("gtm", _fit_em),
-    Raykar: ("raykar", _fit_em),
-    WeightedAverage: ("sigma", _fit_em),
-    Mean: ("mean", _fit_plain(_shard.mean_pass)),
-    Median: ("median", _fit_plain(_shard.median_pass)),
-    AwareDawidSkene: ("aware-ds", _fit_aware(ds_start, ds_pass)),
-    AwareOneCoin: ("aware-one-coin", _fit_aware(one_coin_start, one_coin_pass)),
-    ZenCrowd: ("zencrowd", _fit_em),
-    AwareZenCrowd: ("aware-zencrowd", _fit_em),
-    ZeroBasedSkill: ("zbs", _fit_em),
-    PrivateDawidSkene: ("private-ds", _fit_private_ds),
-    MACE: ("mace", _fit_em),
-    AwareMACE: ("aware-mace", _fit_em),
-}
-
-#: Iterative methods on the EM engine that run in memory only, and why (docs/scale.md).
-_NOT_YET: dict[type[Estimator], str] = {
-    GLAD: "its M-step fits each task's difficulty jointly with the workers' abilities by "
-    "conjugate gradients: each gradient would be a pass over the shards",
-    KOS: "a round rescales every answer's message by the largest over all answers, a "
-    "reduction inside the round, and its random start is one draw per answer in input order",
-    MMSR: "its rounds and signs work on the whole workers x workers covariance, not on shards",
-    MinimaxEntropy: "an M-step is an L-BFGS-B run that reads all the answers many times",
+#: How each estimator tagged to run on Dask (its tags' ``executors``) fits over the shards:
+#: tests/test_registry.py checks that these are exactly the tagged classes.
+_DRIVERS: dict[type[Estimator], Callable[..., None]] = {
+    MajorityVote: _fit_mv,
+    WeightedVote: _fit_em,
+    DawidSkene: _fit_em,
+    OneCoinDawidSkene: _fit_em,
+    LatentClass: _fit_em,
+    CRH: _fit_em,
+    CATD: _fit_em,
+    GTM: _fit_em,
+    Raykar: _fit_em,
+    WeightedAverage: _fit_em,
+    Mean: _fit_plain(_shard.mean_pass),
+    Median: _fit_plain(_shard.median_pass),
+    AwareDawidSkene: _fit_aware(ds_start, ds_pass),
+    AwareOneCoin: _fit_aware(one_coin_start, one_coin_pass),
+    ZenCrowd: _fit_em,
+    AwareZenCrowd: _fit_em,
+    ZeroBasedSkill: _fit_em,
+    PrivateDawidSkene: _fit_private_ds,
+    MACE: _fit_em,
+    AwareMACE: _fit_em,
 }
 
 
 def not_distributed(cls: type[Estimator]) -> str:
     """The sentence that says an estimator class does not run on a cluster, with the reason
-    where its structure gives one, and the methods that do."""
-    why = next((f" ({r})" for c, r in _NOT_YET.items() if issubclass(cls, c)), "")
+    where its tags give one, and the methods that do."""
+    reason = get_tags(cls).not_distributed
+    why = f" ({reason})" if reason else ""
     return (
         f"{cls.__name__} does not run on a Dask cluster yet{why}; these methods do: "
         f"{', '.join(DISTRIBUTED_METHODS)}."
     )
 
 
-#: The methods (``privtd infer --method``) that run on a Dask cluster.
-DISTRIBUTED_METHODS: tuple[str, ...] = tuple(name for name, _ in _DRIVERS.values())
+#: The methods (``privtd infer --method``) that run on a Dask cluster: those whose tags'
+#: ``executors`` name ``"dask"``.
+DISTRIBUTED_METHODS: tuple[str, ...] = tuple(name for name, _ in all_estimators(executor="dask"))
 
 
 def _coded(data: DistributedAnswers, tasks: pd.Index) -> Answers:
@@ -449,8 +440,7 @@ def fit_distributed(
     identical, numbers up to the round-off of summing in another order), for any partition
     and worker count. See docs/scale.md.
     """
-    entry = _DRIVERS.get(type(estimator))
-    if entry is None:
+    if type(estimator) not in _DRIVERS:
         raise ValidationError(f"{not_distributed(type(estimator))} Fit it in memory.")
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
@@ -530,7 +520,7 @@ def _fit(
     for name in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("_")]:
         delattr(estimator, name)
     estimator._warm = None
-    _, driver = _DRIVERS[type(estimator)]
+    driver = _DRIVERS[type(estimator)]
     has_gold = gold is not None and gold_series(gold) is not None
     if has_gold:
         data = _with_gold(data, gold)
