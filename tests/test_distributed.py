@@ -328,22 +328,20 @@ def test_mace_default_stopping_rule_stops_at_the_same_iteration(files, ingested)
 def test_aware_orientation_refit_from_the_mirror_is_the_same(method, files, ingested, monkeypatch):
     """Force the orientation check's refit from the mirrored posteriors (agreement with
     majority vote read upside down, in memory and on the cluster alike): same labels."""
-    from privtd.inference.distributed import _fit
-    from privtd.inference.perturbation_aware import TruthStep
+    from privtd.inference import perturbation_aware
 
     calls: list[str] = []
-    for cls in (TruthStep, _fit._ShardTruth):
-        real = cls.agreement
+    real = perturbation_aware.agreement
 
-        def upside_down(self, mu, real=real, name=cls.__name__):
-            calls.append(name)
-            return 1.0 - real(self, mu)
+    def upside_down(executor, n_tasks):
+        calls.append(type(executor).__name__)
+        return 1.0 - real(executor, n_tasks)
 
-        monkeypatch.setattr(cls, "agreement", upside_down)
+    monkeypatch.setattr(perturbation_aware, "agreement", upside_down)
     params = {"mechanism": _mechanism("one-layer", 2), "max_iter": 8}
     mem, dist = _both(method, params, files["bin_frame"], ingested("bin", 3))
     # Each fit measured its first fit and the refit from the mirror.
-    assert calls.count("TruthStep") == 2 and calls.count("_ShardTruth") == 2
+    assert calls.count("InMemory") == 2 and calls.count("_Passes") == 2
     _assert_same(mem, dist, numeric=False)
 
 

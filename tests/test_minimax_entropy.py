@@ -18,7 +18,7 @@ from privtd.datasets import make_categorical
 from privtd.errors import ConvergenceWarning
 from privtd.inference import DawidSkene, MajorityVote, MinimaxEntropy
 from privtd.inference import minimax_entropy as mm
-from privtd.inference.dawid_skene import soft_majority
+from privtd.inference._ops import shares, vote_matrix
 
 K = 3
 # reports[task][worker]; worker w3 skips task t2, so the tasks differ in size.
@@ -154,7 +154,7 @@ def dawid_skene_uniform_prior(answers: Answers, n_iter: int = 2000):
     from the soft majority vote; returns posteriors and confusions [worker, truth, answer]."""
     t, w, r = answers.task, answers.worker, answers.value
     k, n_w = answers.n_labels, answers.n_workers
-    mu = soft_majority(answers, None)
+    mu = shares(vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels))
     for _ in range(n_iter):
         counts = np.zeros((n_w, k, k))
         np.add.at(counts, (w, slice(None), r), mu[t])
@@ -225,7 +225,7 @@ def test_start_is_the_majority_vote_shares():
     # its expected counts are the linear term at that start.
     answers = tiny()
     model = mm._Model(answers)
-    mu = soft_majority(answers, None)
+    mu = shares(vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels))
     lin = model.linear_part(mu)
     sigma_counts, tau_counts = model.split(lin)
     for (q, row), c in itertools.product(enumerate(REPORTS), range(K)):

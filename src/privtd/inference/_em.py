@@ -34,7 +34,13 @@ class Largest(float):
 
 
 class Executor(Protocol):
-    """Runs a step on every part and returns its statistics summed over the parts."""
+    """Runs a step on every part and returns its statistics summed over the parts. ``outs``
+    holds the parts' outputs of the last step, which the next receives as ``previous``; a fit
+    that goes back to an earlier step (a dropped SQUAREM jump, a refit not kept) sets it back.
+    ``has_gold``: whether the parts hold known truths."""
+
+    outs: Any
+    has_gold: bool
 
     def run(self, fn: Step, params: Any = None) -> Any: ...
 
@@ -43,8 +49,10 @@ class Model:
     """An iterative model as its per-part steps and what it makes of their summed statistics.
 
     Subclasses set :attr:`start` and :attr:`step` and implement :meth:`init` and
-    :meth:`m_step`; :meth:`objective` and :meth:`converged` give the stopping rule (the
-    default: the objective rose by less than ``tol`` after the first iteration).
+    :meth:`m_step` (or :meth:`update`, where the next parameters depend on those the step ran
+    with); :meth:`objective` and :meth:`converged` give the stopping rule (the default: the
+    objective rose by less than ``tol`` after the first iteration). An :attr:`accelerated`
+    model also implements :meth:`jump` (see :func:`run_em`).
     """
 
     start: Step
@@ -53,6 +61,8 @@ class Model:
     start_arg: Any = None
     #: A last step that turns each part's state into its results, where they differ.
     finish: Step | None = None
+    #: Whether :func:`run_em` runs SQUAREM: every third step from :meth:`jump`.
+    accelerated = False
 
     def __init__(self, tol: float) -> None:
         self.tol = tol
@@ -72,6 +82,23 @@ class Model:
     def objective(self, stats: Any) -> float:
         """The objective a step's statistics give (``objective_``)."""
         raise NotImplementedError
+
+    def update(self, stats: Any, used: Any) -> tuple[float, Any]:
+        """The objective and the next parameters from a step's statistics and the parameters
+        ``used`` it ran with: :meth:`objective` and :meth:`m_step`, which read the statistics
+        alone, unless a model's next parameters also depend on its last ones."""
+        return self.objective(stats), self.m_step(stats)
+
+    def jump(self, start: Any, first: Any, second: Any) -> Any:
+        """SQUAREM's extrapolation from the parameters before two plain steps and after each
+        (an :attr:`accelerated` model's)."""
+        raise NotImplementedError
+
+    def keep_jump(self, objective: list[float], path: list[Any], jumped: Any, after: Any) -> bool:
+        """Whether the step from the parameters ``jumped`` (extrapolated along ``path``, the
+        parameters before and after the two plain steps), which gave ``after``, is kept: by
+        default where its objective is no lower than the second plain step's."""
+        return objective[-1] >= objective[-2]
 
     def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
         return n_iter > 1 and objective[-1] - objective[-2] < self.tol
@@ -102,20 +129,42 @@ def run_em(
     max_iter: int,
     tick: Callable[[int], None] | None = None,
 ) -> Fit:
-    """Start, then step and update until the model's stopping rule or ``max_iter``."""
+    """Start, then step and update until the model's stopping rule or ``max_iter``.
+
+    An :attr:`~Model.accelerated` model runs SQUAREM (Varadhan and Roland 2008) in cycles: two
+    plain steps, then one from the extrapolation along them (:meth:`Model.jump`). That step is
+    kept where :meth:`Model.keep_jump` says; else it is dropped, its objective with it, and the
+    fit goes on from the second plain step (so ``objective_`` keeps one value per step gone on
+    from). Every step counts in ``max_iter`` and ``n_iter``; the stopping rule is tested after
+    the plain steps; a cycle starts only where its three steps fit in ``max_iter``.
+    """
     start = executor.run(model.start, model.start_arg)
     fit = Fit(model.init(start), start_stats=start)
+    path: list[Any] = []  # SQUAREM: the parameters before and after the cycle's plain steps
     for n_iter in range(1, max_iter + 1):
         if tick is not None:
             tick(n_iter)
+        plain = None
+        if len(path) == 3:
+            plain = fit.params, fit.used, fit.stats, executor.outs
+            fit.params = model.jump(*path)
         fit.used = fit.params
         fit.stats = executor.run(model.step, model.step_params(fit.params))
-        fit.objective.append(model.objective(fit.stats))
-        fit.params = model.m_step(fit.stats)
+        objective, fit.params = model.update(fit.stats, fit.used)
+        fit.objective.append(objective)
         fit.n_iter = n_iter
-        if model.converged(n_iter, fit.objective, fit.stats):
+        if plain is not None:
+            if not model.keep_jump(fit.objective, path, fit.used, fit.params):
+                fit.objective.pop()
+                fit.params, fit.used, fit.stats, executor.outs = plain
+            path = []
+        elif model.converged(n_iter, fit.objective, fit.stats):
             fit.converged = True
             break
+        elif path:
+            path.append(fit.params)
+        elif model.accelerated and n_iter + 2 <= max_iter:
+            path = [fit.used, fit.params]
     return fit
 
 
@@ -290,14 +339,15 @@ class InMemory:
 
     def __init__(self, part: MemoryPart) -> None:
         self.part = part
-        self.out: tuple[Any, Any] | None = None
+        self.outs: tuple[Any, Any] | None = None
+        self.has_gold = part.gold is not None
 
     @property
     def state(self) -> Any:
         """The part's per-task state after the last step."""
-        assert self.out is not None
-        return self.out[0]
+        assert self.outs is not None
+        return self.outs[0]
 
     def run(self, fn: Step, params: Any = None) -> Any:
-        self.out = fn(self.part, self.out, params)
-        return self.out[1]
+        self.outs = fn(self.part, self.outs, params)
+        return self.outs[1]

@@ -34,13 +34,14 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Estimator, Gold, _check_choice, _check_float, confusion_frame
+from ._base import _check_choice, _check_float, confusion_frame
 from ._channel import compose, flip_law, report_channel
+from ._em import EMEstimator, Executor, Fit, Model, Shape, run_em
 from ._ops import squarem_extrapolate
 from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
-from .dawid_skene import EPS, gold_array, soft_majority
+from .dawid_skene import EPS, ds_pass, ds_start
 from .decision import check_decision, decision_codes, default_decision
-from .perturbation_aware import TruthStep, majority_orientation
+from .perturbation_aware import majority_orientation
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
 _BLOCK_CELLS = 2_000_000
@@ -164,29 +165,7 @@ def resolve_class_prior(class_prior: str, n_labels: int, mechanism: Any) -> str:
     return class_prior
 
 
-class ConfusionTruth(TruthStep):
-    """AwareDawidSkene's truth step in memory: expected report-truth counts per worker, the
-    Dawid-Skene kernel on expected log confusions."""
-
-    def __init__(
-        self, answers: Answers, layout: _kernels.TaskLayout, gold: np.ndarray, wx: np.ndarray
-    ) -> None:
-        super().__init__(answers, layout, gold)
-        self.wx = wx
-
-    def start(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The posteriors, each worker's report-truth counts under them, their column sums."""
-        n_rows = self.answers.n_workers * self.answers.n_labels
-        counts = _kernels.gather_scatter(self.wx, self.layout.task, mu, n_rows)
-        return mu, counts, mu.sum(axis=0)
-
-    def step(
-        self, log_conf: np.ndarray, log_prior: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        return _kernels.ds_step(self.layout, self.wx, log_conf, log_prior, self.gold)
-
-
-class AwareDawidSkene(Estimator):
+class AwareDawidSkene(EMEstimator):
     """Dawid-Skene with the public randomized-response channel in the likelihood (see module
     doc).
 
@@ -286,143 +265,61 @@ class AwareDawidSkene(Estimator):
         _check_choice(name, "class_prior", self.class_prior, ("auto", "learned", "uniform"))
         check_decision(name, self.decision)
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, n_t)
-        wx = layout.worker.astype(np.int64) * k + layout.value
-        wx = wx.astype(np.int32) if n_w * k < 2**31 else wx
-        truth = ConfusionTruth(answers, layout, gold_array(gold, n_t), wx)
-        prior_start = None if self._warm is None else self._warm.array("class_prior", (k,))
-        start = soft_majority(answers, gold, self._warm)
-        self._fit_em(answers, truth, start, gold is None, prior_start)
-
-    def _fit_em(
-        self,
-        answers: Answers,
-        truth: Any,
-        start_mu: Any,
-        orient: bool,
-        prior_start: np.ndarray | None = None,
-    ) -> None:
-        """The fit from a truth step (:class:`ConfusionTruth`, or the Dask engine's over
-        shards) and its start; ``orient``: whether to pick the orientation majority vote agrees
-        with (without gold)."""
-        k = answers.n_labels
-        self.class_prior_ = resolve_class_prior(self.class_prior, k, self.mechanism)
+    def _model(self, shape: Shape, mirror: bool = False) -> AwareDawidSkeneModel:
+        """The EM from the soft majority vote (or a warm start's posteriors and class prior),
+        or with ``mirror`` from the last fit's posteriors with the labels swapped."""
+        k = shape.n_labels
         flips, flip_weight = flip_law(self.mechanism, k, owner=type(self).__name__)
-        self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
-        channel = report_channel(flips, k)
         typical = np.full((k, k), (1.0 - self.prior_diagonal) / (k - 1))
         np.fill_diagonal(typical, self.prior_diagonal)
         alpha = self.prior_strength * typical
-        model = (truth, channel, np.log(flip_weight), alpha)
-        fit = self._em(answers, model, start_mu, prior_start)
-        if k == 2 and orient:
-            fit = majority_orientation(fit, lambda mu: self._em(answers, model, mu, None), truth)
-        mu, pi, q, prior, n_iter, converged, objective = fit
-        answers, mu = truth.finish(mu)
+        prior_start = None
+        if self._warm is not None and not mirror:
+            prior_start = self._warm.array("class_prior", (k,))
+        channel = report_channel(flips, k)
+        return AwareDawidSkeneModel(
+            self, shape, (channel, np.log(flip_weight), alpha), prior_start, mirror
+        )
+
+    def _run(self, executor: Executor, shape: Shape) -> Fit:
+        """The EM, and without gold over two labels the orientation check
+        (:func:`~.perturbation_aware.majority_orientation`)."""
+        k = shape.n_labels
+        self.class_prior_ = resolve_class_prior(self.class_prior, k, self.mechanism)
+        flips, _ = flip_law(self.mechanism, k, owner=type(self).__name__)
+        self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
+        fit = run_em(self._model(shape), executor, int(self.max_iter), self._tick)
+        if shape.n_labels == 2 and not executor.has_gold:
+
+            def refit() -> Fit:
+                return run_em(self._model(shape, True), executor, int(self.max_iter), self._tick)
+
+            fit = majority_orientation(fit, refit, executor, shape.n_tasks)
+        return fit
+
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
+        assert mu is not None
+        k = answers.n_labels
+        flips, _ = flip_law(self.mechanism, k, owner=type(self).__name__)
+        pi, q, prior = fit.params[:3]
         self.confusions_ = confusion_frame(answers, pi)
         self.priors_ = pd.Series(prior, index=answers.labels, name="prior")
-        observed = (q[:, :, None, None] * compose(pi, channel)).sum(axis=1)
+        observed = (q[:, :, None, None] * compose(pi, report_channel(flips, k))).sum(axis=1)
         self.decision_ = default_decision(self.decision, self.mechanism)
         self._set_results(
             answers,
             decision_codes(mu, self.decision_, prior),
             proba=mu,
             weight=(np.diagonal(pi, axis1=1, axis2=2) * prior).sum(axis=1),
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={
                 "flip": q @ flips,
                 "observed_accuracy": (np.diagonal(observed, axis1=1, axis2=2) * prior).sum(axis=1),
             },
             model_state={"class_prior": prior},
         )
-
-    def _em(
-        self,
-        answers: Answers,
-        model: tuple[Any, ...],
-        mu: Any,
-        prior_start: np.ndarray | None,
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
-        """EM from the task posteriors ``mu``; returns the posteriors, own confusions, flip
-        posteriors, class prior, iterations, convergence and objective."""
-        truth, channel, log_h, alpha = model
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        mu, flat_counts, mu_sum = truth.start(mu)
-        if self.class_prior_ == "uniform":
-            prior = np.full(k, 1.0 / k)
-        else:
-            # mu_sum / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
-            prior = mu_sum / n_t if prior_start is None else prior_start.copy()
-        counts = flat_counts.reshape(n_w, k, k)
-        typical = alpha / alpha.sum(axis=0)
-        pi = np.broadcast_to(typical, (n_w, k, k)).copy()
-        # Every worker starts as the typical one: one composed confusion gives the flip step.
-        log_typical = np.log(compose(typical[None], channel)[0]).reshape(-1, k * k)
-        loglik = counts.reshape(n_w, k * k) @ log_typical.T + log_h
-        q = np.exp(loglik - loglik.max(axis=1, keepdims=True))
-        q /= q.sum(axis=1, keepdims=True)
-        # From the typical worker the confusions need a few steps to reach the start's counts;
-        # each step is cheap (per worker, not per answer).
-        for _ in range(5):
-            pi, q, log_conf, bound = self._update_workers(counts, pi, q, channel, log_h, alpha)
-        # Truths, flips, confusions and the class prior move together in small steps for tens
-        # of passes (more under one-layer RR, where the class prior and the workers' biases trade
-        # off along a ridge the noise flattens), so SQUAREM (Varadhan and Roland 2008)
-        # extrapolates every two passes along the path they trace.
-        learned = self.class_prior_ == "learned"
-        objective: list[float] = []
-        passes = 0
-
-        def step(state: State) -> tuple[np.ndarray, State]:
-            """One pass over the answers (truth step), then the worker steps."""
-            nonlocal passes
-            passes += 1
-            self._tick(passes)
-            pi, q, prior, log_conf, bound = state
-            mu, flat_counts, prior_sum, loglik = truth.step(
-                log_conf.reshape(n_w * k, k), np.log(np.maximum(prior, EPS))
-            )
-            # The bound EM climbs: the truth step's log-likelihood, plus the Dirichlet prior's
-            # log density of the confusions, less each worker's flip posterior's divergence from
-            # the flip law (zero with a public flip).
-            objective.append((loglik + bound) / answers.n_answers)
-            if learned:
-                prior = prior_sum / n_t
-            counts = flat_counts.reshape(n_w, k, k)
-            pi, q, log_conf, bound = self._update_workers(counts, pi, q, channel, log_h, alpha)
-            return mu, (pi, q, prior, log_conf, bound)
-
-        def settled() -> bool:
-            """The stopping rule: the objective moved less than tol over one plain pass."""
-            return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol_
-
-        state: State = (pi, q, prior, log_conf, bound)
-        converged = False
-        while passes < self.max_iter:
-            start = state
-            mu, state = step(state)
-            if converged := settled():
-                break
-            if passes + 2 > self.max_iter:
-                continue
-            first = state
-            mu, state = step(state)
-            if converged := settled():
-                break
-            jumped = step(_jump(start, first, state, learned, channel, log_h, alpha))
-            # A step evaluates the objective at the state it starts from: keep the jump where
-            # it is no worse than the middle of the two plain passes, else drop it and go on
-            # from the plain ones (the objective keeps one value per state gone on from).
-            if objective[-1] >= objective[-2]:
-                mu, state = jumped
-            else:
-                objective.pop()
-        pi, q, prior = state[:3]
-        return mu, pi, q, prior, passes, converged, objective
 
     @staticmethod
     def _update_workers(
@@ -456,3 +353,85 @@ class AwareDawidSkene(Estimator):
             # The truth step's L[w, z, y] = E_q log (R_f pi_w)[z, y].
             log_conf[part] = (new_q[part][:, :, None, None] * log_composed).sum(axis=1)
         return new_pi, new_q, log_conf, bound_terms(new_pi, new_q, log_h, alpha)
+
+
+class AwareDawidSkeneModel(Model):
+    """AwareDawidSkene's EM (see module doc) as sufficient statistics: Dawid-Skene's pass
+    (:func:`~.dawid_skene.ds_pass`) on the expected log confusions, whose report-truth counts
+    per worker give the worker steps (:meth:`AwareDawidSkene._update_workers`). Parameters: a
+    :data:`State`. Its objective: the bound EM climbs, per answer; it stops when that moves by
+    less than ``tol_`` over one plain pass.
+
+    Truths, flips, confusions and the class prior move together in small steps for tens of
+    passes (more under one-layer RR, where the class prior and the workers' biases trade off
+    along a ridge the noise flattens), so SQUAREM (Varadhan and Roland 2008) extrapolates every
+    two passes along the path they trace (:func:`_jump`)."""
+
+    start = staticmethod(ds_start)
+    step = staticmethod(ds_pass)
+    accelerated = True
+
+    def __init__(
+        self,
+        est: AwareDawidSkene,
+        shape: Shape,
+        channel_law: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray],
+        prior_start: np.ndarray | None,
+        mirror: bool,
+    ) -> None:
+        super().__init__(est.tol_)
+        self.start_arg = mirror
+        self.shape, self.prior_start = shape, prior_start
+        self.channel, self.log_h, self.alpha = channel_law
+        self.learned = est.class_prior_ == "learned"
+
+    def init(self, stats: Any) -> State:
+        n_t, n_w, k = self.shape.n_tasks, self.shape.n_workers, self.shape.n_labels
+        channel, log_h, alpha = self.channel, self.log_h, self.alpha
+        flat_counts, mu_sum = (np.asarray(a, dtype=np.float64) for a in stats)
+        if not self.learned:
+            prior = np.full(k, 1.0 / k)
+        else:
+            # mu_sum / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
+            prior = mu_sum / n_t if self.prior_start is None else self.prior_start.copy()
+        counts = flat_counts.reshape(n_w, k, k)
+        typical = alpha / alpha.sum(axis=0)
+        pi = np.broadcast_to(typical, (n_w, k, k)).copy()
+        # Every worker starts as the typical one: one composed confusion gives the flip step.
+        log_typical = np.log(compose(typical[None], channel)[0]).reshape(-1, k * k)
+        loglik = counts.reshape(n_w, k * k) @ log_typical.T + log_h
+        q = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        q /= q.sum(axis=1, keepdims=True)
+        # From the typical worker the confusions need a few steps to reach the start's counts;
+        # each step is cheap (per worker, not per answer).
+        for _ in range(5):
+            pi, q, log_conf, bound = AwareDawidSkene._update_workers(
+                counts, pi, q, channel, log_h, alpha
+            )
+        return pi, q, prior, log_conf, bound
+
+    def step_params(self, state: State) -> tuple[np.ndarray, np.ndarray]:
+        n_w, k = self.shape.n_workers, self.shape.n_labels
+        return state[3].reshape(n_w * k, k), np.log(np.maximum(state[2], EPS))
+
+    def update(self, stats: Any, used: State) -> tuple[float, State]:
+        n_w, k = self.shape.n_workers, self.shape.n_labels
+        pi, q, prior, _, bound = used
+        flat_counts, prior_sum = (np.asarray(a, dtype=np.float64) for a in stats[:2])
+        # The bound EM climbs: the truth step's log-likelihood, plus the Dirichlet prior's log
+        # density of the confusions, less each worker's flip posterior's divergence from the
+        # flip law (zero with a public flip).
+        objective = (float(stats[2]) + bound) / self.shape.n_answers
+        if self.learned:
+            prior = prior_sum / self.shape.n_tasks
+        counts = flat_counts.reshape(n_w, k, k)
+        pi, q, log_conf, bound = AwareDawidSkene._update_workers(
+            counts, pi, q, self.channel, self.log_h, self.alpha
+        )
+        return objective, (pi, q, prior, log_conf, bound)
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol
+
+    def jump(self, start: State, first: State, second: State) -> State:
+        return _jump(start, first, second, self.learned, self.channel, self.log_h, self.alpha)

@@ -10,37 +10,11 @@ import pandas as pd
 
 from ..answers import Answers
 from . import _kernels
-from ._base import Gold, WarmStart, _check_float, confusion_frame
+from ._base import _check_float, confusion_frame
 from ._em import EMEstimator, Fit, Model, Shape
-from ._ops import shares, vote_matrix
 from ._tags import MEMORY_AND_DASK, Tags
 
 EPS = 1e-10
-
-
-def soft_majority(answers: Answers, gold: Gold | None, warm: WarmStart | None = None) -> np.ndarray:
-    """Label frequencies per task, the usual EM start, or a warm start's posteriors where it
-    has them; gold rows are one-hot."""
-    votes = vote_matrix(answers.task, answers.value, answers.n_tasks, answers.n_labels)
-    mu = shares(votes)
-    if warm is not None:
-        warm.apply(mu)
-    return fix_gold(mu, gold)
-
-
-def gold_array(gold: Gold | None, n_tasks: int) -> np.ndarray:
-    """Per task, the gold label code, or -1 where there is none (the kernels' encoding)."""
-    labels = np.full(n_tasks, -1, dtype=np.int64)
-    if gold is not None:
-        labels[gold.index] = gold.value
-    return labels
-
-
-def fix_gold(mu: np.ndarray, gold: Gold | None) -> np.ndarray:
-    if gold is not None:
-        mu[gold.index] = 0.0
-        mu[gold.index, gold.value] = 1.0
-    return mu
 
 
 def ds_start(part: Any, previous: Any, mirror: bool) -> tuple[np.ndarray, Any]:

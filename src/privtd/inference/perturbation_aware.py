@@ -33,7 +33,7 @@ observed accuracy may be below chance and its vote counts inverted
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,15 +41,16 @@ import pandas as pd
 from ..answers import Answers
 from ..errors import ValidationError
 from . import _kernels
-from ._base import Estimator, Gold, _check_choice, _check_float
+from ._base import _check_choice, _check_float
 from ._channel import flip_law
-from ._ops import squarem_extrapolate
+from ._em import EMEstimator, Executor, Fit, Model, Shape, run_em
+from ._ops import shares, squarem_extrapolate, vote_matrix
 from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
-from .dawid_skene import EPS, gold_array, soft_majority
+from .dawid_skene import EPS
 from .decision import check_decision, decision_codes, default_decision
+from .one_coin_dawid_skene import one_coin_pass, one_coin_start
 
 _FLOOR = 1e-12
-FitT = TypeVar("FitT", bound=tuple[Any, ...])
 
 
 def accuracy_cells(
@@ -76,63 +77,43 @@ def accuracy_cells(
     return centres, conv
 
 
-def majority_orientation(fit: FitT, refit: Callable[[Any], FitT], truth: Any) -> FitT:
+def majority_agree(part: Any, previous: Any, _: Any) -> tuple[Any, Any]:
+    """Per part: how many of its tasks have majority vote's label (without gold: the
+    orientation check runs without it) as their most probable one under the posteriors of the
+    last step."""
+    k = int(part.n_labels or 0)
+    majority = shares(vote_matrix(part.task, part.value, part.n_tasks, k)).argmax(axis=1)
+    return None, int((previous[0].argmax(axis=1) == majority).sum())
+
+
+def agreement(executor: Executor, n_tasks: int) -> float:
+    """The share of tasks whose most probable label under the last step's posteriors is
+    majority vote's; the parts keep those posteriors."""
+    kept = executor.outs
+    agree = float(executor.run(majority_agree)) / n_tasks
+    executor.outs = kept
+    return agree
+
+
+def majority_orientation(
+    fit: Fit, refit: Callable[[], Fit], executor: Executor, n_tasks: int
+) -> Fit:
     """With two labels and flips up to 1/2 or beyond, a fit and its mirror image (every label
     swapped, every worker's accuracy or confusion with them) explain the reports almost equally
     well, and EM can land in either. Keep the orientation in which most workers tell the truth:
-    the one that agrees with majority vote more (``fit[0]`` holds the task posteriors, as
-    ``truth`` holds them: ``truth.agreement`` measures them against majority vote and
-    ``truth.mirror`` swaps their labels; ``refit`` runs EM again from given posteriors)."""
-    agree = truth.agreement(fit[0])
+    the one that agrees with majority vote more. ``refit`` runs EM again from the last step's
+    posteriors with the two labels swapped; the executor ends with the kept fit's."""
+    agree = agreement(executor, n_tasks)
     if agree < 0.5:
-        mirror = refit(truth.mirror(fit[0]))
-        if truth.agreement(mirror[0]) > agree:
+        kept = executor.outs
+        mirror = refit()
+        if agreement(executor, n_tasks) > agree:
             return mirror
+        executor.outs = kept
     return fit
 
 
-class TruthStep:
-    """The per-answer half of an aware EM, on answers in memory: its start from task
-    posteriors, its truth step (a kernel pass over the answers), and what the fit reads of the
-    posteriors. ``privtd.inference.distributed`` passes an object with the same methods that
-    runs each on the shards of a Dask cluster, the posteriors staying there."""
-
-    def __init__(self, answers: Answers, layout: _kernels.TaskLayout, gold: np.ndarray) -> None:
-        self.answers = answers
-        self.layout = layout
-        self.gold = gold
-        self._majority: np.ndarray | None = None
-
-    def agreement(self, mu: np.ndarray) -> float:
-        """The share of tasks whose most probable label is majority vote's."""
-        if self._majority is None:
-            self._majority = soft_majority(self.answers, None).argmax(axis=1)
-        return float((mu.argmax(axis=1) == self._majority).mean())
-
-    @staticmethod
-    def mirror(mu: np.ndarray) -> np.ndarray:
-        return mu[:, ::-1].copy()
-
-    def finish(self, mu: np.ndarray) -> tuple[Answers, np.ndarray]:
-        """The answers to report the results on, and the posteriors as an array."""
-        return self.answers, mu
-
-
-class OneCoinTruth(TruthStep):
-    """AwareOneCoin's truth step in memory: expected matches per worker, the one-coin kernel."""
-
-    def start(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The posteriors, each worker's expected matches under them, their column sums."""
-        a = self.answers
-        return mu, _kernels.pick_sum(a.task, a.value, a.worker, mu, a.n_workers), mu.sum(axis=0)
-
-    def step(
-        self, log_right: np.ndarray, log_wrong: np.ndarray, log_prior: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        return _kernels.one_coin_step(self.layout, log_right, log_wrong, log_prior, self.gold)
-
-
-class AwareOneCoin(Estimator):
+class AwareOneCoin(EMEstimator):
     """One-coin EM with the public perturbation channel in the likelihood (see module doc).
 
     Parameters
@@ -214,42 +195,48 @@ class AwareOneCoin(Estimator):
                 f"The 'start' parameter of {name} must be two positive numbers. Got {self.start!r}."
             )
 
-    def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        layout = _kernels.TaskLayout(answers.task, answers.worker, answers.value, answers.n_tasks)
-        truth = OneCoinTruth(answers, layout, gold_array(gold, answers.n_tasks))
-        self._fit_em(answers, truth, soft_majority(answers, gold, self._warm), gold is None)
-
-    def _fit_em(self, answers: Answers, truth: Any, start_mu: Any, orient: bool) -> None:
-        """The fit from a truth step (:class:`OneCoinTruth`, or the Dask engine's over shards)
-        and its start; ``orient``: whether to pick the orientation majority vote agrees with
-        (without gold)."""
-        k = answers.n_labels
+    def _grids(self, k: int) -> tuple[np.ndarray, ...]:
+        """The accuracy grid ``s``, the flip law's flips, the observed-accuracy cells, their
+        map ``C`` from ``s`` (:func:`accuracy_cells`) and the logs of a right and of a wrong
+        report per cell."""
         flips, flip_weight = flip_law(self.mechanism, k)
         s = np.linspace(0.0, 1.0, self.grid)
         acc, conv = accuracy_cells(s, flips, flip_weight, k)
-        log_right_grid = np.log(acc)
-        log_wrong_grid = np.log1p(-acc) - np.log(k - 1)
+        basis = np.column_stack([np.log(acc), np.log1p(-acc) - np.log(k - 1)])
+        return s, flips, acc, conv, basis
+
+    def _model(self, shape: Shape, mirror: bool = False) -> AwareOneCoinModel:
+        """The EM from the soft majority vote (or a warm start's posteriors, ``G`` and class
+        prior), or with ``mirror`` from the last fit's posteriors with the labels swapped."""
+        k = shape.n_labels
+        s, _, _, conv, basis = self._grids(k)
         alpha, beta = self.start
         mid = np.clip(s, 0.5 / self.grid, 1 - 0.5 / self.grid)
         g0 = np.exp((alpha - 1) * np.log(mid) + (beta - 1) * np.log1p(-mid))
         g0 /= g0.sum()
+        g_start = prior_start = None
+        if self._warm is not None and not mirror:
+            g_start = self._warm.array("accuracy_prior", (self.grid,))
+            prior_start = self._warm.array("class_prior", (k,))
+        return AwareOneCoinModel(self, shape, (g0, conv, basis), (g_start, prior_start), mirror)
 
+    def _run(self, executor: Executor, shape: Shape) -> Fit:
+        """The EM, and without gold over two labels the orientation check
+        (:func:`majority_orientation`)."""
+        fit = run_em(self._model(shape), executor, int(self.max_iter), self._tick)
+        if shape.n_labels == 2 and not executor.has_gold:
+
+            def refit() -> Fit:
+                return run_em(self._model(shape, True), executor, int(self.max_iter), self._tick)
+
+            fit = majority_orientation(fit, refit, executor, shape.n_tasks)
+        return fit
+
+    def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
+        assert mu is not None
+        s, _, acc, conv, basis = self._grids(answers.n_labels)
+        g, matches, prior = fit.params[:3]
         counts = answers.worker_counts().astype(np.float64)
-        basis = np.column_stack([log_right_grid, log_wrong_grid])
-        grids = (g0, conv, basis)
-        resume = None
-        if self._warm is not None:
-            resume = (
-                self._warm.array("accuracy_prior", (self.grid,)),
-                self._warm.array("class_prior", (k,)),
-            )
-        fit = self._em(answers, truth, counts, start_mu, grids, resume)
-        if k == 2 and orient:
-            fit = majority_orientation(
-                fit, lambda mu: self._em(answers, truth, counts, mu, grids), truth
-            )
-        mu, matches, g, prior, n_iter, converged, objective = fit
-        answers, mu = truth.finish(mu)
         pi = g @ conv
         # A worker's own accuracy given its observed one: E[s | A-cell] = sum_s s G_s C / pi.
         own = (s * g) @ conv / np.maximum(pi, 1e-300)
@@ -264,113 +251,15 @@ class AwareOneCoin(Estimator):
             decision_codes(mu, self.decision_, prior),
             proba=mu,
             weight=expect[:, 2],
-            n_iter=n_iter,
-            converged=converged,
-            objective=objective,
+            n_iter=fit.n_iter,
+            converged=fit.converged,
+            objective=fit.objective,
             worker_columns={
                 "accuracy": expect[:, 3],
                 "log_odds": log_right - log_wrong,
             },
             model_state={"accuracy_prior": g, "class_prior": prior},
         )
-
-    def _em(
-        self,
-        answers: Answers,
-        truth: Any,
-        counts: np.ndarray,
-        mu: Any,
-        grids: tuple[np.ndarray, np.ndarray, np.ndarray],
-        resume: tuple[np.ndarray | None, np.ndarray | None] | None = None,
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, int, bool, list[float]]:
-        """Variational EM from the task posteriors ``mu`` (and, resuming a previous fit, its
-        ``G`` and class prior); returns the posteriors, the expected matches per worker, ``G``,
-        the class prior, iterations, convergence and objective."""
-        g0, conv, basis = grids
-        n_t, n_w, k = answers.n_tasks, answers.n_workers, answers.n_labels
-        g_start, prior_start = resume or (None, None)
-        g = g0.copy() if g_start is None else g_start.copy()
-        # mu.sum(axis=0) / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
-        mu, matches, mu_sum = truth.start(mu)
-        prior = mu_sum / n_t if self.class_prior == "learned" else np.full(k, 1.0 / k)
-        if prior_start is not None and self.class_prior == "learned":
-            prior = prior_start.copy()
-        learned = self.class_prior == "learned"
-        objective: list[float] = []
-        passes = 0
-
-        def step(
-            g: np.ndarray, matches: np.ndarray, prior: np.ndarray
-        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-            """The worker and population steps, then one pass over the answers."""
-            nonlocal passes
-            passes += 1
-            self._tick(passes)
-            pi = g @ conv
-            expect, mean_post = self._worker_step(matches, counts, pi, basis, basis)
-            log_right, log_wrong = expect[:, 0], expect[:, 1]
-            # The mean of the workers' posteriors over s: each A-cell's mass split over the s
-            # that reach it in proportion to G_s C[s, cell].
-            ratio = mean_post / np.maximum(pi, 1e-300)
-            g = (1.0 - self.prior_weight) * g * (conv @ ratio) + self.prior_weight * g0
-            mu, matches, prior_sum, loglik = truth.step(
-                log_right, log_wrong, np.log(np.maximum(prior, EPS))
-            )
-            objective.append(loglik / answers.n_answers)
-            if learned:
-                prior = prior_sum / n_t
-            return mu, matches, g, prior
-
-        def settled() -> bool:
-            """The stopping rule: the objective moved less than tol over one plain pass."""
-            return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol
-
-        # As AwareDawidSkene's EM under a flip law, the fit can creep for tens of passes;
-        # SQUAREM extrapolates every two passes (docs/inference.md), over log G, the logit of
-        # each worker's expected share of matches, and the log class prior where it is learned.
-        def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
-            g, matches, prior = state
-            # A worker listed without answers (a crowd's least active) has no share to move:
-            # 0 / 0 would turn the extrapolation, and with it every posterior, into NaN.
-            share = np.clip(matches / np.maximum(counts, 1.0), _FLOOR, 1.0 - _FLOOR)
-            parts = [np.log(np.maximum(g, 1e-300)), np.log(share) - np.log1p(-share)]
-            return np.concatenate(parts + ([np.log(np.maximum(prior, 1e-300))] if learned else []))
-
-        def unflat(x: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, ...]:
-            log_g, logit, log_prior = np.split(x, [g0.size, g0.size + n_w])
-            g = np.exp(log_g - log_g.max())
-            if learned:
-                prior = np.exp(log_prior - log_prior.max())
-                prior /= prior.sum()
-            return g / g.sum(), counts / (1.0 + np.exp(-logit)), prior
-
-        converged = False
-        while passes < self.max_iter:
-            start = (g, matches, prior)
-            mu, matches, g, prior = step(g, matches, prior)
-            if converged := settled():
-                break
-            if passes + 2 > self.max_iter:
-                continue
-            first = (g, matches, prior)
-            mu, matches, g, prior = step(g, matches, prior)
-            if converged := settled():
-                break
-            plain = (mu, matches, g, prior)
-            x1, x2 = flat(first), flat((g, matches, prior))
-            jump = unflat(squarem_extrapolate(flat(start), x1, x2), prior)
-            jumped = step(*jump)
-            # Kept where the objective at the jump is no lower than at the middle state, as in
-            # AwareDawidSkene, or where the pass from the jump moves the state no more than the
-            # last plain pass did: mixing G_0 into each population step makes late plain passes
-            # lower the objective, so there it cannot judge a jump.
-            moved = np.linalg.norm(flat((jumped[2], jumped[1], jumped[3])) - flat(jump))
-            if objective[-1] >= objective[-2] or moved <= np.linalg.norm(x2 - x1):
-                mu, matches, g, prior = jumped
-            else:
-                objective.pop()
-                mu, matches, g, prior = plain
-        return mu, matches, g, prior, passes, converged, objective
 
     @staticmethod
     def _worker_step(
@@ -387,3 +276,118 @@ class AwareOneCoin(Estimator):
         log_prior = np.log(np.maximum(pi, 1e-300))
         expect, mean_post, _ = _kernels.grid_posterior(coef, basis, log_prior, targets)
         return expect, mean_post
+
+
+class CoinParams(NamedTuple):
+    """AwareOneCoin's parameters: ``G``, each worker's expected matches, the class prior,
+    and the worker step from them (each worker's expected log accuracy and log error, which
+    the next pass reads, and the population step's ``G``)."""
+
+    g: np.ndarray
+    matches: np.ndarray
+    prior: np.ndarray
+    log_right: np.ndarray
+    log_wrong: np.ndarray
+    next_g: np.ndarray
+
+
+class AwareOneCoinModel(Model):
+    """AwareOneCoin's variational EM (see module doc) as sufficient statistics: the one-coin
+    pass (:func:`~.one_coin_dawid_skene.one_coin_pass`) under each worker's expected log
+    accuracies, whose expected matches per worker give the next worker and population steps.
+    Its objective: the pass's log-likelihood per answer; it stops when that moves by less than
+    ``tol`` over one plain pass.
+
+    As AwareDawidSkene's EM under a flip law, the fit can creep for tens of passes, so it is
+    SQUAREM-accelerated (docs/inference.md), over log G, the logit of each worker's expected
+    share of matches, and the log class prior where it is learned."""
+
+    start = staticmethod(one_coin_start)
+    step = staticmethod(one_coin_pass)
+    accelerated = True
+
+    def __init__(
+        self,
+        est: AwareOneCoin,
+        shape: Shape,
+        grids: tuple[np.ndarray, np.ndarray, np.ndarray],
+        resume: tuple[np.ndarray | None, np.ndarray | None],
+        mirror: bool,
+    ) -> None:
+        super().__init__(est.tol)
+        self.start_arg = mirror
+        self.g0, self.conv, self.basis = grids
+        self.g_start, self.prior_start = resume
+        self.shape, self.prior_weight = shape, est.prior_weight
+        self.counts = shape.counts.astype(np.float64)
+        self.learned = est.class_prior == "learned"
+
+    def init(self, stats: Any) -> CoinParams:
+        matches, mu_sum = (_total(a) for a in stats)
+        k = self.shape.n_labels
+        g = self.g0.copy() if self.g_start is None else self.g_start.copy()
+        # mu_sum / n_t is mu.mean(axis=0) to the bit; a cluster sums it shard by shard.
+        prior = mu_sum / self.shape.n_tasks if self.learned else np.full(k, 1.0 / k)
+        if self.prior_start is not None and self.learned:
+            prior = self.prior_start.copy()
+        return self._workers(g, matches, prior)
+
+    def _workers(self, g: np.ndarray, matches: np.ndarray, prior: np.ndarray) -> CoinParams:
+        """The parameters with their worker and population steps."""
+        pi = g @ self.conv
+        expect, mean_post = AwareOneCoin._worker_step(
+            matches, self.counts, pi, self.basis, self.basis
+        )
+        # The mean of the workers' posteriors over s: each A-cell's mass split over the s
+        # that reach it in proportion to G_s C[s, cell].
+        ratio = mean_post / np.maximum(pi, 1e-300)
+        w = self.prior_weight
+        next_g = (1.0 - w) * g * (self.conv @ ratio) + w * self.g0
+        return CoinParams(g, matches, prior, expect[:, 0], expect[:, 1], next_g)
+
+    def step_params(self, params: CoinParams) -> tuple[np.ndarray, ...]:
+        return params.log_right, params.log_wrong, np.log(np.maximum(params.prior, EPS))
+
+    def update(self, stats: Any, used: CoinParams) -> tuple[float, CoinParams]:
+        matches, prior_sum = _total(stats[0]), _total(stats[1])
+        prior = prior_sum / self.shape.n_tasks if self.learned else used.prior
+        objective = float(stats[2]) / self.shape.n_answers
+        return objective, self._workers(used.next_g, matches, prior)
+
+    def converged(self, n_iter: int, objective: list[float], stats: Any) -> bool:
+        return len(objective) > 1 and abs(objective[-1] - objective[-2]) < self.tol
+
+    def _flat(self, params: CoinParams) -> np.ndarray:
+        # A worker listed without answers (a crowd's least active) has no share to move:
+        # 0 / 0 would turn the extrapolation, and with it every posterior, into NaN.
+        share = np.clip(params.matches / np.maximum(self.counts, 1.0), _FLOOR, 1.0 - _FLOOR)
+        parts = [np.log(np.maximum(params.g, 1e-300)), np.log(share) - np.log1p(-share)]
+        if self.learned:
+            parts.append(np.log(np.maximum(params.prior, 1e-300)))
+        return np.concatenate(parts)
+
+    def jump(self, start: CoinParams, first: CoinParams, second: CoinParams) -> CoinParams:
+        x = squarem_extrapolate(self._flat(start), self._flat(first), self._flat(second))
+        log_g, logit, log_prior = np.split(x, [self.g0.size, self.g0.size + self.counts.size])
+        g = np.exp(log_g - log_g.max())
+        prior = second.prior
+        if self.learned:
+            prior = np.exp(log_prior - log_prior.max())
+            prior /= prior.sum()
+        return self._workers(g / g.sum(), self.counts / (1.0 + np.exp(-logit)), prior)
+
+    def keep_jump(
+        self, objective: list[float], path: list[Any], jumped: CoinParams, after: CoinParams
+    ) -> bool:
+        """Kept where the objective at the jump is no lower than at the middle state, as in
+        AwareDawidSkene, or where the pass from the jump moves the state no more than the last
+        plain pass did: mixing G_0 into each population step makes late plain passes lower the
+        objective, so there it cannot judge a jump."""
+        moved = np.linalg.norm(self._flat(after) - self._flat(jumped))
+        plain = np.linalg.norm(self._flat(path[2]) - self._flat(path[1]))
+        return bool(objective[-1] >= objective[-2] or moved <= plain)
+
+
+def _total(stats: Any) -> np.ndarray:
+    """A statistic summed over the parts, as float64."""
+    return np.asarray(stats, dtype=np.float64)

@@ -837,6 +837,11 @@ class SecureSum:
     M-step and stopping test, run between two calls), reported to ``on_round`` once done.
     """
 
+    #: The per-task state stays with the workers: nothing here to set back (the secure
+    #: models run no SQUAREM), and no gold truths among the parts.
+    outs: Any = None
+    has_gold = False
+
     def __init__(self, requester: Requester, model: AggregateModel) -> None:
         self.requester = requester
         self.model = model

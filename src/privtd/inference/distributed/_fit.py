@@ -3,9 +3,9 @@
 An EM estimator (:class:`~privtd.inference._em.EMEstimator`) runs its own model here, with the
 loop of its in-memory fit (:func:`~privtd.inference._em.run_em`): :class:`_Passes` is the
 executor, each shard a part, the per-worker statistics summed over the shards in partition
-order, in float64. The other drivers (majority vote, mean and median, the aware estimators'
-truth step) follow their estimator's in-memory ``_fit`` step for step; their per-shard work is
-in :mod:`._shard` and calls the in-memory kernels.
+order, in float64. The other drivers (majority vote, mean and median) follow their
+estimator's in-memory ``_fit`` step for step; their per-shard work is in :mod:`._shard` and
+calls the in-memory kernels.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from .._tags import get_tags
 from ..aware_dawid_skene import AwareDawidSkene
 from ..catd import CATD
 from ..crh import CRH
-from ..dawid_skene import DawidSkene, ds_pass, ds_start
+from ..dawid_skene import DawidSkene
 from ..gtm import GTM
 from ..latent_class import LatentClass
 from ..mace import MACE, AwareMACE
 from ..majority_vote import MajorityVote
 from ..mean_median import Mean, Median
-from ..one_coin_dawid_skene import OneCoinDawidSkene, one_coin_pass, one_coin_start
+from ..one_coin_dawid_skene import OneCoinDawidSkene
 from ..perturbation_aware import AwareOneCoin
 from ..private_dawid_skene import PrivateDawidSkene
 from ..raykar import Raykar
@@ -280,63 +280,6 @@ def _fit_private_ds(est: PrivateDawidSkene, data: DistributedAnswers, passes: _P
     _fit_em(est, data, passes)
 
 
-@dataclass
-class _Mirrored:
-    """The shards' posteriors (futures of a pass), to start from with the labels swapped."""
-
-    outs: list[Any] | _Lean
-
-
-class _ShardTruth:
-    """The aware estimators' truth step over the shards, with the methods of their in-memory
-    one (``perturbation_aware.TruthStep``): the posteriors stay on the workers, as the futures
-    of the pass that computed them; the per-worker sums come back, summed in a fixed order."""
-
-    def __init__(
-        self,
-        data: DistributedAnswers,
-        passes: _Passes,
-        start_fn: Callable[..., Any],
-        step_fn: Callable[..., Any],
-    ) -> None:
-        self.data, self.passes = data, passes
-        self.start_fn, self.step_fn = start_fn, step_fn
-
-    def start(self, mu: _Mirrored | None) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray]:
-        prev = None if mu is None else mu.outs
-        outs, stats = self.passes.apply(self.start_fn, prev, mu is not None)
-        return outs, _total(stats, 0), _total(stats, 1)
-
-    def step(self, *params: np.ndarray) -> tuple[list[Any] | _Lean, np.ndarray, np.ndarray, float]:
-        outs, stats = self.passes.apply(self.step_fn, None, params)
-        return outs, _total(stats, 0), _total(stats, 1), float(_total(stats, 2))
-
-    def agreement(self, outs: list[Any] | _Lean) -> float:
-        _, stats = self.passes.apply(_shard.majority_agree, outs)
-        return float(stats) / self.data.n_tasks
-
-    @staticmethod
-    def mirror(outs: list[Any] | _Lean) -> _Mirrored:
-        return _Mirrored(outs)
-
-    def finish(self, outs: list[Any] | _Lean) -> tuple[Answers, np.ndarray]:
-        self.passes.outs = outs
-        tasks, _, mu = self.passes.collect()
-        assert mu is not None
-        return _coded(self.data, tasks), mu
-
-
-def _fit_aware(start_fn: Callable[..., Any], step_fn: Callable[..., Any]) -> Callable[..., None]:
-    """AwareDawidSkene and AwareOneCoin: the estimator's own fit (``_fit_em``: its EM, SQUAREM
-    jumps, orientation check and results) with the truth step run over the shards."""
-
-    def fit(est: Any, data: DistributedAnswers, passes: _Passes) -> None:
-        truth = _ShardTruth(data, passes, start_fn, step_fn)
-        est._fit_em(cast(Answers, data), truth, None, not passes.has_gold)
-
-    return fit
-
-
 def _fit_plain(fn: Callable[..., Any]) -> Callable[[Estimator, DistributedAnswers, _Passes], None]:
     def fit(est: Estimator, data: DistributedAnswers, passes: _Passes) -> None:
         passes.run(fn)
@@ -361,8 +304,8 @@ _DRIVERS: dict[type[Estimator], Callable[..., None]] = {
     WeightedAverage: _fit_em,
     Mean: _fit_plain(_shard.mean_pass),
     Median: _fit_plain(_shard.median_pass),
-    AwareDawidSkene: _fit_aware(ds_start, ds_pass),
-    AwareOneCoin: _fit_aware(one_coin_start, one_coin_pass),
+    AwareDawidSkene: _fit_em,
+    AwareOneCoin: _fit_em,
     ZenCrowd: _fit_em,
     AwareZenCrowd: _fit_em,
     ZeroBasedSkill: _fit_em,

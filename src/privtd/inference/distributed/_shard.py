@@ -486,14 +486,6 @@ def mv_pass(shard: Shard, _: Any, __: Any) -> tuple[Any, Any]:
     return (truth, proba), agree
 
 
-def majority_agree(shard: Shard, prev: tuple[Any, Any], _: Any) -> tuple[Any, Any]:
-    """How many of the shard's tasks have majority vote's label as their most probable one
-    (no gold: the aware estimators' orientation check runs without it)."""
-    k = int(shard.n_labels or 0)
-    majority = shares(vote_matrix(shard.task, shard.value, shard.n_tasks, k)).argmax(axis=1)
-    return None, int((prev[0].argmax(axis=1) == majority).sum())
-
-
 #: Passes that read nothing of the previous pass: the shard and the client's parameters
 #: determine them, so their tasks do not depend on the previous pass's, and Dask recomputes a
 #: lost one from the shard alone.
