@@ -555,7 +555,9 @@ class Worker:
         campaign = self.campaign()
         answers, n_clipped = declared_answers(campaign, answers, clip=clip)
         mech = self.mechanism()
-        n = len(self.tasks()) if campaign["whole_row"] else len(answers)
+        # The task list is read once: the row the ceiling is checked for is the row perturbed.
+        row = [t["key"] for t in self.tasks()] if campaign["whole_row"] else []
+        n = len(row) if campaign["whole_row"] else len(answers)
         cap, sent = campaign.get("max_answers_per_worker"), int(self.state.get("answered", 0))
         if cap is not None and not campaign["whole_row"] and sent + n > cap:
             # Refused here, before perturbing: the server would refuse it after the release.
@@ -577,7 +579,6 @@ class Worker:
         keys = [str(k) for k in answers]
         if campaign["whole_row"]:
             # P3's mechanisms release the whole row over the public task list, NULLs included.
-            row = [t["key"] for t in self.tasks()]
             values = mech.perturb_worker(
                 {str(k): v for k, v in answers.items()}, tasks=row, budget=budget
             )

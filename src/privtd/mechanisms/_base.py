@@ -152,12 +152,21 @@ class Accountant:
         return self.spent_epsilon + epsilon, self.spent_delta + delta
 
     def allows(self, epsilon: float, delta: float = 0.0) -> bool:
-        """Whether spending ``(epsilon, delta)`` more stays within the limits."""
+        """Whether spending ``(epsilon, delta)`` more stays within the limits: never for a
+        negative spend, which would hand back what earlier releases spent."""
+        if not (epsilon >= 0 and delta >= 0):
+            return False
         eps, dlt = self.after(epsilon, delta)
         return eps <= self.epsilon * (1 + SPEND_SLACK) and dlt <= self.delta * (1 + SPEND_SLACK)
 
     def check(self, epsilon: float, delta: float = 0.0) -> None:
-        """BudgetExceededError if spending ``(epsilon, delta)`` more would pass the limits."""
+        """BudgetExceededError if spending ``(epsilon, delta)`` more would pass the limits; a
+        ValidationError for a negative spend (nothing is ever refunded)."""
+        if epsilon < 0 or delta < 0:
+            raise ValidationError(
+                f"A spend is >= 0: nothing a release spent is refunded. Got epsilon {epsilon}, "
+                f"delta {delta}."
+            )
         if not self.allows(epsilon, delta):
             eps, dlt = self.after(epsilon, delta)
             raise BudgetExceededError(
