@@ -258,3 +258,34 @@ def test_a_release_within_the_ceiling_is_recorded_before_it_is_sent(tmp_path):
     worker._call = call  # type: ignore[method-assign]
     worker.submit({"a": 1, "b": 0})
     assert len(sent) == 1 and list(recorded[0].values()) == [pytest.approx(2.0)]
+
+
+def test_a_restored_state_file_does_not_make_earlier_releases_free(tmp_path):
+    # The worker restores its state file from a copy taken before its releases: the ledger
+    # still counts them, so three releases of epsilon 2 cannot pass a lifetime ceiling of 5.
+    params = OneLayerRR.from_epsilon(1.0, 2).params()
+    worker, ledger, sent = _worker(tmp_path, "one-layer", params, [["a", "b"]] * 6)
+    worker.campaign()["labels"] = [0, 1]
+    fresh = worker.path.read_text()
+    with pytest.raises(CeilingExceededError):
+        for _ in range(3):
+            worker.path.write_text(fresh)
+            worker.state = json.loads(fresh)
+            worker.submit({"a": 1, "b": 0})
+    assert len(sent) == 2
+    assert json.loads(ledger.read_text())["spent"] == {worker._ledger_key: pytest.approx(4.0)}
+
+
+def test_the_ledger_keeps_the_servers_figure_when_it_is_larger(tmp_path):
+    params = OneLayerRR.from_epsilon(1.0, 2).params()
+    worker, ledger, _ = _worker(tmp_path, "one-layer", params, [["a", "b"]] * 3)
+    worker.campaign()["labels"] = [0, 1]
+    send = worker._call
+
+    def call(method, path, body, headers=None):
+        out = send(method, path, body, headers)
+        return {**out, "spent_epsilon": 3.5} if method == "POST" else out
+
+    worker._call = call  # type: ignore[method-assign]
+    worker.submit({"a": 1, "b": 0})
+    assert json.loads(ledger.read_text())["spent"][worker._ledger_key] == pytest.approx(3.5)

@@ -570,9 +570,13 @@ class Worker:
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
         self.ceiling.check_campaign(campaign, n)
-        budget = Budget(
-            float(self.state["budget"]), spent_epsilon=float(self.state["spent_epsilon"])
+        # The ledger's figure for this campaign counts too: a state file restored from an
+        # older copy must not make the earlier releases free again.
+        self.ceiling.refresh()
+        start = max(
+            float(self.state["spent_epsilon"]), self.ceiling.spent.get(self._ledger_key, 0.0)
         )
+        budget = Budget(float(self.state["budget"]), spent_epsilon=start)
         cost, _ = budget.cost(mech, n)
         campaign_total, _ = budget.after(cost)
         self.ceiling.check_spend(self._ledger_key, campaign_total)
@@ -599,7 +603,7 @@ class Worker:
             "key": str(uuid.uuid4()),
             "body": body,
             "epsilon": budget.spent_epsilon,
-            "cost": budget.spent_epsilon - float(self.state["spent_epsilon"]),
+            "cost": budget.spent_epsilon - start,
         }
         self._save()
         # Counted in the lifetime total from here: the body may reach the server.
@@ -628,6 +632,8 @@ class Worker:
                 raise  # may succeed later: kept pending, resent unchanged
             raise self._refused(pending, exc) from None
         self.state["spent_epsilon"] = max(float(pending["epsilon"]), float(out["spent_epsilon"]))
+        # The server's figure may be the larger (releases this device's state forgot).
+        self.ceiling.record(self._ledger_key, self.state["spent_epsilon"])
         self.state["answered"] = int(self.state.get("answered", 0)) + int(out["n_reports"])
         self.state["pending"] = None
         self._save()
