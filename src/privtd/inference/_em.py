@@ -337,10 +337,11 @@ class InMemory:
     """The executor of an in-memory fit: one part, whose last output ``(state, stats)`` a
     step receives as ``previous``."""
 
-    def __init__(self, part: MemoryPart) -> None:
+    def __init__(self, part: Any) -> None:
         self.part = part
         self.outs: tuple[Any, Any] | None = None
-        self.has_gold = part.gold is not None
+        # A part that is not the answers (a pooled fit's rows of counts) holds no gold.
+        self.has_gold = getattr(part, "gold", None) is not None
 
     @property
     def state(self) -> Any:
