@@ -36,12 +36,12 @@ from ..answers import Answers
 from . import _kernels
 from ._base import _check_choice, _check_float, confusion_frame
 from ._channel import compose, flip_law, report_channel
-from ._em import EMEstimator, Executor, Fit, Model, Shape, run_em
+from ._em import EMEstimator, Executor, Fit, Model, Shape
 from ._ops import squarem_extrapolate
 from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import EPS, ds_pass, ds_start
 from .decision import check_decision, decision_codes, default_decision
-from .perturbation_aware import majority_orientation
+from .perturbation_aware import run_oriented
 
 # Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
 _BLOCK_CELLS = 2_000_000
@@ -288,14 +288,7 @@ class AwareDawidSkene(EMEstimator):
         self.class_prior_ = resolve_class_prior(self.class_prior, k, self.mechanism)
         flips, _ = flip_law(self.mechanism, k, owner=type(self).__name__)
         self.tol_ = (1e-6 if flips.size == 1 else 1e-5) if self.tol is None else self.tol
-        fit = run_em(self._model(shape), executor, int(self.max_iter), self._tick)
-        if shape.n_labels == 2 and not executor.has_gold:
-
-            def refit() -> Fit:
-                return run_em(self._model(shape, True), executor, int(self.max_iter), self._tick)
-
-            fit = majority_orientation(fit, refit, executor, shape.n_tasks)
-        return fit
+        return run_oriented(self, executor, shape)
 
     def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
         assert mu is not None

@@ -95,6 +95,19 @@ def agreement(executor: Executor, n_tasks: int) -> float:
     return agree
 
 
+def run_oriented(est: Any, executor: Executor, shape: Shape) -> Fit:
+    """An aware estimator's EM (``est._model(shape, mirror)``), and without gold over two
+    labels the orientation check (:func:`majority_orientation`)."""
+    fit = run_em(est._model(shape), executor, int(est.max_iter), est._tick)
+    if shape.n_labels == 2 and not executor.has_gold:
+
+        def refit() -> Fit:
+            return run_em(est._model(shape, True), executor, int(est.max_iter), est._tick)
+
+        fit = majority_orientation(fit, refit, executor, shape.n_tasks)
+    return fit
+
+
 def majority_orientation(
     fit: Fit, refit: Callable[[], Fit], executor: Executor, n_tasks: int
 ) -> Fit:
@@ -221,16 +234,7 @@ class AwareOneCoin(EMEstimator):
         return AwareOneCoinModel(self, shape, (g0, conv, basis), (g_start, prior_start), mirror)
 
     def _run(self, executor: Executor, shape: Shape) -> Fit:
-        """The EM, and without gold over two labels the orientation check
-        (:func:`majority_orientation`)."""
-        fit = run_em(self._model(shape), executor, int(self.max_iter), self._tick)
-        if shape.n_labels == 2 and not executor.has_gold:
-
-            def refit() -> Fit:
-                return run_em(self._model(shape, True), executor, int(self.max_iter), self._tick)
-
-            fit = majority_orientation(fit, refit, executor, shape.n_tasks)
-        return fit
+        return run_oriented(self, executor, shape)
 
     def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
         assert mu is not None
