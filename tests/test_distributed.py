@@ -1353,3 +1353,47 @@ def test_cluster_certs_command_writes_private_keys_and_refuses_to_overwrite(tmp_
     assert "dask scheduler --protocol tls" in out and "--tls-key" in out
     code, _, err = run(["cluster-certs", str(folder)], capsys)
     assert code == 2 and "exists" in err
+
+
+@pytest.mark.parametrize("n_parts", [1, 3, 256, 257, 70_000])
+def test_split_keeps_each_partitions_rows_in_file_order(n_parts):
+    """Each piece holds exactly the rows whose task hashes to it, in the file's order, however
+    many partitions (8-bit, 16-bit and 64-bit partition numbers sort differently)."""
+    from privtd.inference.distributed import _shard
+
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame(
+        {
+            "task": rng.integers(0, 10**9, 20_000),
+            "worker": rng.integers(0, 50, 20_000),
+            "answer": rng.integers(0, 3, 20_000),
+        }
+    )
+    _, local = _shard.summarise(frame, "categorical")
+    pieces = _shard.split(frame, local, n_parts)
+    part = _shard.task_partition(frame["task"], n_parts).astype(np.int64)
+    for p, piece in enumerate(pieces):
+        expected = np.flatnonzero(part == p)
+        assert np.array_equal(piece["row"], expected)
+        assert np.array_equal(piece["task"], frame["task"].to_numpy()[expected])
+
+
+@pytest.mark.parametrize("n_repeats", [0, 1, 37])
+def test_repeated_pairs_counted_as_a_hash_table_counts_them(n_repeats):
+    from privtd.inference.distributed import _shard
+
+    rng = np.random.default_rng(n_repeats)
+    n_tasks, per_task, n_workers = 2_000, 5, 400
+    task = np.repeat(np.arange(n_tasks), per_task)
+    worker = np.concatenate([rng.choice(n_workers, per_task, replace=False) for _ in task[::5]])
+    where = rng.choice(task.size // per_task, n_repeats, replace=False) * per_task
+    worker[where + 1] = worker[where]  # answer 2 of those tasks repeats answer 1's worker
+    row = np.arange(task.size)
+    count, example = _shard._repeated_pair(task, worker, n_workers, row)
+    pair = task * n_workers + worker
+    assert count == int(pd.Series(pair).duplicated().sum()) == n_repeats
+    if n_repeats:
+        first = int(where.min())
+        assert example == (int(task[first]), int(worker[first]), first, first + 1)
+    else:
+        assert example is None

@@ -176,8 +176,12 @@ def split(frame: pd.DataFrame, local: dict[str, np.ndarray], n_parts: int) -> li
         value, _, _ = _code_numeric(kept["answer"], None, "answer")
     else:
         value = value.astype(_code_dtype(int(value.max(initial=0)) + 1))
+    # Partition numbers in 8 or 16 bits sort by radix (numpy's stable sort of small integers),
+    # several times faster than the same stable order of 64-bit ones.
+    if n_parts <= 1 << 16:
+        part = part.astype(np.uint8 if n_parts <= 1 << 8 else np.uint16)
     order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(n_parts + 1, dtype=np.uint64))
+    bounds = np.searchsorted(part[order], np.arange(n_parts + 1))
     ids = kept["task"].to_numpy()
     pieces = []
     for p in range(n_parts):
@@ -426,9 +430,13 @@ def _repeated_pair(
     local task, its worker, and the global rows of both answers (to name their files). Found
     while the rows are at hand, so that the shard need not keep a row per answer."""
     pair = task.astype(np.int64) * n_workers + worker
-    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
-    if not dup.any():
+    # The answers are sorted by task, so the pairs are nearly sorted: a stable sort (timsort,
+    # which walks runs) finds the repeats an order of magnitude faster than a hash table, and
+    # the hash is left to the rare data set that has one, to name the first.
+    ordered = np.sort(pair, kind="stable")
+    if not bool((ordered[1:] == ordered[:-1]).any()):
         return 0, None
+    dup = pd.Series(pair).duplicated(keep="first").to_numpy()
     i = int(np.flatnonzero(dup)[0])
     j = int(np.flatnonzero(pair == pair[i])[0])
     return int(dup.sum()), (int(task[i]), int(worker[i]), int(row[j]), int(row[i]))
