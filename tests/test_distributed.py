@@ -1397,3 +1397,37 @@ def test_repeated_pairs_counted_as_a_hash_table_counts_them(n_repeats):
         assert example == (int(task[first]), int(worker[first]), first, first + 1)
     else:
         assert example is None
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "offsets", "expected"),
+    [
+        (("int64", "int64"), (0, 0), "int64"),  # moved as int32, given back as int64
+        (("int64", "int64"), (0, 2**40), "int64"),  # one file's ids need 64 bits
+        (("int32", "int32"), (0, 0), "int32"),
+        (("int32", "int64"), (0, 0), "int64"),  # as pandas concatenates them in memory
+    ],
+)
+def test_shard_gives_task_ids_back_in_their_files_dtype(dtypes, offsets, expected):
+    from privtd.inference.distributed import _shard
+
+    pieces = []
+    for f, (dtype, offset) in enumerate(zip(dtypes, offsets, strict=True)):
+        frame = pd.DataFrame(
+            {
+                "task": (np.arange(6) + offset + 10 * f).astype(dtype),
+                "worker": np.arange(6) % 3,
+                "answer": np.arange(6) % 2,
+            }
+        )
+        _, local = _shard.summarise(frame, "categorical")
+        (piece,) = _shard.split(frame, local, 1)
+        maps = (np.arange(3, dtype=np.int32), np.arange(2, dtype=np.int8), np.int64(6 * f))
+        pieces.append(_shard.recode(piece, maps))
+    shard = _shard.Shard(pieces, 3, 2)
+    ids = shard.task_ids
+    assert ids.dtype == np.dtype(expected)
+    want = np.concatenate([np.arange(6) + off + 10 * f for f, off in enumerate(offsets)]).astype(
+        expected
+    )
+    assert np.array_equal(ids.to_numpy(), want)

@@ -183,6 +183,10 @@ def split(frame: pd.DataFrame, local: dict[str, np.ndarray], n_parts: int) -> li
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(n_parts + 1))
     ids = kept["task"].to_numpy()
+    extra: Piece = {}
+    if ids.dtype == np.int64 and ids.size and ids.min() >= -(2**31) and ids.max() < 2**31:
+        # Half the bytes to move between workers and spill; the shard gives them back as read.
+        ids, extra = ids.astype(np.int32), {"task_dtype": ids.dtype}
     pieces = []
     for p in range(n_parts):
         sel = order[bounds[p] : bounds[p + 1]]
@@ -192,6 +196,7 @@ def split(frame: pd.DataFrame, local: dict[str, np.ndarray], n_parts: int) -> li
                 "worker": w_codes[sel],
                 "value": value[sel],
                 "row": rows[sel],
+                **extra,
             }
         )
     return pieces
@@ -251,6 +256,9 @@ class Shard:
         # back in their own dtype.
         self._ids: Any = uniques
         self._ids_dtype = getattr(uniques, "dtype", None)
+        narrowed = [p["task_dtype"] for p in pieces if "task_dtype" in p]
+        if narrowed:  # ids a file held as int64, moved as int32 (split)
+            self._ids_dtype = np.result_type(self._ids_dtype, *narrowed)
         if (
             isinstance(uniques, np.ndarray)
             and uniques.dtype.kind in "iu"
