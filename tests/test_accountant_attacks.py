@@ -289,3 +289,66 @@ def test_the_ledger_keeps_the_servers_figure_when_it_is_larger(tmp_path):
     worker._call = call  # type: ignore[method-assign]
     worker.submit({"a": 1, "b": 0})
     assert json.loads(ledger.read_text())["spent"][worker._ledger_key] == pytest.approx(3.5)
+
+
+# ------------------------------------------------------------------ processes sharing a ledger
+def _submit_in_a_process(tmp_path, name, ready, go, slow_check):
+    """One process: campaign ``name``'s worker (its own state file, the shared ledger) sends
+    two answers of epsilon 1 each (2 in all), with ``slow_check`` widening the time between
+    reading the ledger and recording to it; exits 0 if sent, 3 if refused by the ceiling."""
+    import os
+    import time
+
+    folder = tmp_path / name
+    folder.mkdir()
+    params = OneLayerRR.from_epsilon(1.0, 2).params()
+    worker, _, sent = _worker(folder, "one-layer", params, [["a", "b"]] * 3)
+    worker.ceiling = Ceiling(tmp_path / "ceiling.json")
+    worker.state["campaign_id"] = name  # its own campaign: its own key in the ledger
+    worker.campaign()["labels"] = [0, 1]
+    if slow_check:
+        check = worker.ceiling.check_spend
+
+        def check_spend(key, total):
+            check(key, total)
+            time.sleep(0.3)  # the others read the ledger meanwhile
+
+        worker.ceiling.check_spend = check_spend  # type: ignore[method-assign]
+    ready.set()
+    go.wait()
+    try:
+        worker.submit({"a": 1, "b": 0})
+    except CeilingExceededError:
+        os._exit(3)
+    os._exit(0 if len(sent) == 1 else 1)
+
+
+@pytest.mark.parametrize("slow_check", [False, True])
+def test_processes_sharing_a_ledger_cannot_pass_its_lifetime_total_together(tmp_path, slow_check):
+    """Three campaigns' workers, one per process, submit at once against one lifetime ceiling
+    of 5 that two releases of epsilon 2 fit and three do not: exactly two are sent, and the
+    ledger counts both (neither record drops the other's)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    ledger = tmp_path / "ceiling.json"
+    ledger.write_text(json.dumps({"max_lifetime_epsilon": 5.0, "spent": {}}))
+    go = ctx.Event()
+    readies, procs = [], []
+    for name in ("c1", "c2", "c3"):
+        ready = ctx.Event()
+        proc = ctx.Process(
+            target=_submit_in_a_process, args=(tmp_path, name, ready, go, slow_check)
+        )
+        proc.start()
+        readies.append(ready)
+        procs.append(proc)
+    for ready in readies:
+        assert ready.wait(60)
+    go.set()
+    for proc in procs:
+        proc.join(60)
+    codes = sorted(proc.exitcode for proc in procs)
+    assert codes == [0, 0, 3]
+    spent = json.loads(ledger.read_text())["spent"]
+    assert sorted(spent.values()) == [pytest.approx(2.0), pytest.approx(2.0)]

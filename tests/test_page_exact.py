@@ -574,3 +574,31 @@ def test_the_page_says_what_the_campaign_costs_before_the_first_answer():
     assert "you can answer all 20" in out[3]["text"]
     assert "more would pass your ceiling per answer" in out[4]["text"]
     assert out[5]["text"].endswith("you can answer all 5.")
+
+
+def test_two_tabs_recording_at_once_keep_both_spends():
+    # Two tabs read the ceiling, then each records its own campaign's release: the second
+    # record must not write back the ledger it read before the first one's.
+    out = node(
+        """
+        const items = {};
+        const storage = { getItem: (k) => items[k] ?? null, setItem: (k, v) => { items[k] = v; } };
+        const tabA = C.loadCeiling(storage), tabB = C.loadCeiling(storage);
+        C.record(storage, tabA, "a", 2);
+        C.record(storage, tabB, "b", 3);
+        C.record(storage, tabA, "a", 1);  // never lowers a recorded total
+        const order = [];
+        const viaLock = await (async () => {
+          globalThis.navigator = { locks: { request: async (name, fn) => {
+            order.push(name); const r = await fn(); order.push("released"); return r; } } };
+          return C.withCeilingLock(() => { order.push("ran"); return 7; });
+        })();
+        delete globalThis.navigator;
+        const unlocked = await C.withCeilingLock(() => 8);
+        process.stdout.write(JSON.stringify(
+          { spent: C.loadCeiling(storage).spent, viaLock, order, unlocked }));
+        """
+    )
+    assert out["spent"] == {"a": 2, "b": 3}
+    assert out["viaLock"] == 7 and out["order"] == ["privtd:ceiling", "ran", "released"]
+    assert out["unlocked"] == 8

@@ -42,7 +42,8 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +218,41 @@ class Ceiling:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._held = 0  # how deep this object is inside locked()
         self.refresh()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the file's lock for the block, so that what the block reads of the file and
+        what it records there are one step for every process sharing it: two campaigns
+        checked at once cannot both pass a lifetime total that only one of them fits, and two
+        records at once cannot drop one another's. The lock is a sidecar file (``NAME.lock``),
+        since saving replaces the file itself; re-entered freely by the same object."""
+        if self._held:
+            self._held += 1
+            try:
+                yield
+            finally:
+                self._held -= 1
+            return
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ValidationError(
+                f"Cannot lock the worker's ceiling file {self.path} ({exc.strerror}: {lock}); "
+                "make its folder writable, or point PRIVTD_LEDGER at a file in one."
+            ) from None
+        try:
+            _lock(fd)
+            self._held = 1
+            try:
+                yield
+            finally:
+                self._held = 0
+                _unlock(fd)
+        finally:
+            os.close(fd)
 
     def refresh(self) -> None:
         """Read the file again: another process (or Worker) sharing it may have spent since."""
@@ -257,12 +292,13 @@ class Ceiling:
                 raise ValidationError(
                     f"The {name} ceiling must be a positive number; got {value!r}."
                 )
-        self.refresh()
-        if per_answer is not None:
-            self.per_answer = float(per_answer)
-        if lifetime is not None:
-            self.lifetime = float(lifetime)
-        self.save()
+        with self.locked():
+            self.refresh()
+            if per_answer is not None:
+                self.per_answer = float(per_answer)
+            if lifetime is not None:
+                self.lifetime = float(lifetime)
+            self.save()
 
     @property
     def total(self) -> float:
@@ -329,9 +365,10 @@ class Ceiling:
             )
 
     def record(self, key: str, campaign_total: float) -> None:
-        self.refresh()  # what others recorded since stays counted
-        self.spent[key] = max(self.spent.get(key, 0.0), float(campaign_total))
-        self.save()
+        with self.locked():
+            self.refresh()  # what others recorded since stays counted
+            self.spent[key] = max(self.spent.get(key, 0.0), float(campaign_total))
+            self.save()
 
     def save(self) -> None:
         atomic_write_text(
@@ -346,6 +383,30 @@ class Ceiling:
             ),
             private=True,  # what this person has spent, as before: 0600
         )
+
+
+def _lock(fd: int) -> None:
+    """Wait for the exclusive lock of an open file (POSIX ``flock``; Windows ``msvcrt``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _http() -> Any:
@@ -570,44 +631,50 @@ class Worker:
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
         self.ceiling.check_campaign(campaign, n)
-        # The ledger's figure for this campaign counts too: a state file restored from an
-        # older copy must not make the earlier releases free again.
-        self.ceiling.refresh()
-        start = max(
-            float(self.state["spent_epsilon"]), self.ceiling.spent.get(self._ledger_key, 0.0)
-        )
-        budget = Budget(float(self.state["budget"]), spent_epsilon=start)
-        cost, _ = budget.cost(mech, n)
-        campaign_total, _ = budget.after(cost)
-        self.ceiling.check_spend(self._ledger_key, campaign_total)
-        keys = [str(k) for k in answers]
-        if campaign["whole_row"]:
-            # P3's mechanisms release the whole row over the public task list, NULLs included.
-            values = mech.perturb_worker(
-                {str(k): v for k, v in answers.items()}, tasks=row, budget=budget
+        # Under the ledger's lock from the read of what was spent to the record of this
+        # release: another process sharing the ledger (another campaign, or this state
+        # file run twice) waits, then sees this spend.
+        with self.ceiling.locked():
+            # The ledger's figure for this campaign counts too: a state file restored from an
+            # older copy must not make the earlier releases free again.
+            self.ceiling.refresh()
+            start = max(
+                float(self.state["spent_epsilon"]), self.ceiling.spent.get(self._ledger_key, 0.0)
             )
-            keys = row
-        else:
-            values = mech.perturb_worker(
-                list(answers.values()), labels=campaign["labels"], budget=budget
-            )
-        body = {
-            "mechanism": {
-                "name": campaign["mechanism"]["name"],
-                "params": campaign["mechanism"]["params"],
-            },
-            "reports": [{"task": k, "value": _plain(v)} for k, v in zip(keys, values, strict=True)],
-        }
-        # Written before sending: from here on only this body goes out under this key.
-        self.state["pending"] = {
-            "key": str(uuid.uuid4()),
-            "body": body,
-            "epsilon": budget.spent_epsilon,
-            "cost": budget.spent_epsilon - start,
-        }
-        self._save()
-        # Counted in the lifetime total from here: the body may reach the server.
-        self.ceiling.record(self._ledger_key, budget.spent_epsilon)
+            budget = Budget(float(self.state["budget"]), spent_epsilon=start)
+            cost, _ = budget.cost(mech, n)
+            campaign_total, _ = budget.after(cost)
+            self.ceiling.check_spend(self._ledger_key, campaign_total)
+            keys = [str(k) for k in answers]
+            if campaign["whole_row"]:
+                # P3's mechanisms release the whole row over the public task list, NULLs included.
+                values = mech.perturb_worker(
+                    {str(k): v for k, v in answers.items()}, tasks=row, budget=budget
+                )
+                keys = row
+            else:
+                values = mech.perturb_worker(
+                    list(answers.values()), labels=campaign["labels"], budget=budget
+                )
+            body = {
+                "mechanism": {
+                    "name": campaign["mechanism"]["name"],
+                    "params": campaign["mechanism"]["params"],
+                },
+                "reports": [
+                    {"task": k, "value": _plain(v)} for k, v in zip(keys, values, strict=True)
+                ],
+            }
+            # Written before sending: from here on only this body goes out under this key.
+            self.state["pending"] = {
+                "key": str(uuid.uuid4()),
+                "body": body,
+                "epsilon": budget.spent_epsilon,
+                "cost": budget.spent_epsilon - start,
+            }
+            self._save()
+            # Counted in the lifetime total from here: the body may reach the server.
+            self.ceiling.record(self._ledger_key, budget.spent_epsilon)
         return {**self.resend(), "n_clipped": n_clipped}
 
     def resend(self) -> dict[str, Any]:

@@ -229,9 +229,24 @@ export function refuseSpend(ceiling, key, campaignTotal) {
     `${total.toFixed(3)}, past your lifetime ceiling of ${ceiling.lifetime}; nothing was sent.`;
 }
 
+// Counts campaign `key`'s total, over what the storage holds now: another tab of this browser
+// may have recorded a spend since `ceiling` was read, and that stays counted.
 export function record(storage, ceiling, key, campaignTotal) {
-  ceiling.spent[key] = Math.max(Number(ceiling.spent[key] || 0), campaignTotal);
-  saveCeiling(storage, ceiling);
+  const now = loadCeiling(storage);
+  now.spent[key] = Math.max(Number(now.spent[key] || 0), Number(ceiling.spent[key] || 0),
+    campaignTotal);
+  saveCeiling(storage, now);
+  ceiling.spent = now.spent;
+}
+
+// Runs `fn` (check the ceiling, perturb, record) as one step for every tab of this browser
+// and server, under the Web Locks API, so that two tabs cannot both pass a lifetime total only
+// one of them fits. Web Locks exist in secure contexts only (https, or localhost); over plain
+// http from another host `fn` runs unlocked, and only `record`'s re-read protects the total.
+export async function withCeilingLock(fn) {
+  const locks = globalThis.navigator?.locks;
+  if (locks && typeof locks.request === "function") return locks.request(KEY, fn);
+  return fn();
 }
 
 // The most of `k` answers one submission may carry whose figures keep within `room` for the
