@@ -203,6 +203,9 @@ def main() -> None:
     parser.add_argument(
         "--output", type=Path, default=None, help="workers write the results here (a folder)"
     )
+    parser.add_argument(
+        "--methods", default="mv,one-coin-ds", help="comma-separated, of mv and one-coin-ds; empty: ingest only"
+    )
     args = parser.parse_args()
     from privtd import Answers
     from privtd.errors import ConvergenceWarning
@@ -230,7 +233,8 @@ def main() -> None:
     if args.generate_only:
         print(json.dumps(result, indent=1))
         return
-    methods = {"mv": {}, "one-coin-ds": {"max_iter": 20, "tol": 0.0}}
+    known = {"mv": {}, "one-coin-ds": {"max_iter": 20, "tol": 0.0}}
+    methods = {m: known[m] for m in args.methods.split(",") if m}
     mem_fits = {}
     memory = Memory()
     if n_answers <= args.memory_max:
@@ -294,9 +298,12 @@ def main() -> None:
     per_answer = (dask_peak * 1024**3 - baseline) / n_answers
     result["dask"]["bytes_per_answer_above_baseline"] = round(per_answer, 1)
     result["dask"]["extrapolated_1e9_gb"] = round((baseline + per_answer * 1e9) / 1024**3, 1)
-    ds = result["dask"]["one-coin-ds"]
-    result["dask"]["throughput"] = throughput(n_answers, ds, args.workers, args.spark_iterations)
-    if "memory" in result:
+    if "one-coin-ds" in methods:
+        ds = result["dask"]["one-coin-ds"]
+        result["dask"]["throughput"] = throughput(
+            n_answers, ds, args.workers, args.spark_iterations
+        )
+    if "memory" in result and "one-coin-ds" in methods:
         mem = result["memory"]["one-coin-ds"]
         result["memory"]["throughput"] = throughput(
             n_answers, mem, result["memory"]["threads"], args.spark_iterations
