@@ -352,3 +352,116 @@ def test_processes_sharing_a_ledger_cannot_pass_its_lifetime_total_together(tmp_
     assert codes == [0, 0, 3]
     spent = json.loads(ledger.read_text())["spent"]
     assert sorted(spent.values()) == [pytest.approx(2.0), pytest.approx(2.0)]
+
+
+def _lock_is_free(ledger) -> bool:
+    """Whether another process could take the ledger's lock now (probed from a new file)."""
+    import fcntl
+    import os
+
+    fd = os.open(f"{ledger}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_threads_sharing_one_ceiling_take_turns_and_leave_it_locked_for_others(tmp_path):
+    import threading
+
+    ledger = tmp_path / "ceiling.json"
+    ceiling = Ceiling(ledger)
+    inside, release, entered = threading.Event(), threading.Event(), threading.Event()
+
+    def holder():
+        with ceiling.locked():
+            inside.set()
+            release.wait(10)
+
+    def second():
+        with ceiling.locked():
+            entered.set()
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert inside.wait(10)
+    other = threading.Thread(target=second)
+    other.start()
+    assert not entered.wait(0.5)  # waits for the first thread
+    release.set()
+    first.join(10)
+    other.join(10)
+    assert entered.is_set()
+    with ceiling.locked():  # still a lock between processes afterwards
+        assert not _lock_is_free(ledger)
+    assert _lock_is_free(ledger)
+
+
+def test_two_ceilings_of_one_file_nest_in_one_thread(tmp_path):
+    import threading
+
+    ledger = tmp_path / "ceiling.json"
+    a, b = Ceiling(ledger), Ceiling(ledger)
+    done = threading.Event()
+
+    def nested():
+        with a.locked():
+            b.record("k", 1.0)
+        done.set()
+
+    threading.Thread(target=nested, daemon=True).start()
+    assert done.wait(10)
+    assert Ceiling(ledger).spent == {"k": 1.0}
+
+
+def test_a_relative_ledger_names_the_same_file_from_any_folder(tmp_path, monkeypatch):
+    (tmp_path / "home" / "c").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "home")
+    Ceiling("c/privtd-ledger.json").record("a", 90.0)
+    monkeypatch.chdir(tmp_path / "other")
+    assert Ceiling(tmp_path / "home" / "c" / "privtd-ledger.json").total == 90.0
+    assert Ceiling.for_state(tmp_path / "home" / "c" / "w.json").total == 90.0
+
+
+def test_a_symlinked_ledger_is_written_through_and_locked_once(tmp_path):
+    real = tmp_path / "real" / "ledger.json"
+    real.parent.mkdir()
+    real.write_text(json.dumps({"spent": {"a": 1.0}}))
+    link = tmp_path / "ledger.json"
+    link.symlink_to(real)
+    with Ceiling(link).locked():
+        assert not _lock_is_free(real)  # one lock, whatever the spelling
+    Ceiling(link).record("b", 2.0)
+    assert link.is_symlink()
+    assert Ceiling(real).spent == {"a": 1.0, "b": 2.0}
+
+
+def test_a_planted_link_at_the_lock_name_is_refused(tmp_path):
+    ledger = tmp_path / "ceiling.json"
+    (tmp_path / "ceiling.json.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValidationError, match="Cannot lock"):
+        Ceiling(ledger).record("a", 1.0)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_refused_release_is_in_the_ledger_even_if_its_record_was_lost(tmp_path):
+    params = OneLayerRR.from_epsilon(1.0, 2).params()
+    worker, ledger, _ = _worker(tmp_path, "one-layer", params, [["a", "b"]] * 3)
+    worker.campaign()["labels"] = [0, 1]
+    from privtd.client import ServiceError
+
+    def call(method, path, body, headers=None):
+        if method == "POST":
+            ledger.write_text(json.dumps({"max_lifetime_epsilon": 5.0, "spent": {}}))  # lost
+            raise ServiceError(409, "task already reported")
+        return send(method, path, body, headers)
+
+    send = worker._call
+    worker._call = call  # type: ignore[method-assign]
+    with pytest.raises(ServiceError):
+        worker.submit({"a": 1, "b": 0})
+    assert json.loads(ledger.read_text())["spent"] == {worker._ledger_key: pytest.approx(2.0)}

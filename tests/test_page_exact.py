@@ -602,3 +602,32 @@ def test_two_tabs_recording_at_once_keep_both_spends():
     assert out["spent"] == {"a": 2, "b": 3}
     assert out["viaLock"] == 7 and out["order"] == ["privtd:ceiling", "ran", "released"]
     assert out["unlocked"] == 8
+
+
+def test_two_tabs_of_one_campaign_cannot_pass_the_lifetime_ceiling_together():
+    # Both tabs read their state (spent 0) before either sent; the second tab's check starts
+    # from the ledger's figure for the campaign, which the first tab's release raised.
+    out = node(
+        """
+        const items = {};
+        const storage = { getItem: (k) => items[k] ?? null, setItem: (k, v) => { items[k] = v; } };
+        C.saveCeiling(storage, { perAnswer: 3, lifetime: 5, spent: { other: 2 } });
+        const key = "http://x c1";
+        const tabA = { spent: 0 }, tabB = { spent: 0 };
+        const step = (s, stored, cost) => {  // collect.html's locked step
+          const ceiling = C.loadCeiling(storage);
+          s.spent = C.spentBefore(ceiling, key, s, stored);
+          if (C.refuseSpend(ceiling, key, s.spent + cost)) return false;
+          C.record(storage, ceiling, key, s.spent + cost);
+          s.spent += cost;
+          return true;
+        };
+        const a = step(tabA, null, 2), b = step(tabB, null, 2);
+        const ledger = C.loadCeiling(storage);
+        process.stdout.write(JSON.stringify({ a, b, total: C.lifetimeTotal(ledger),
+          fromState: C.spentBefore(ledger, key, { spent: 3.5 }, null) }));
+        """
+    )
+    assert out["a"] is True and out["b"] is False
+    assert out["total"] == 4
+    assert out["fromState"] == 3.5  # a state's higher figure counts too

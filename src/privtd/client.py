@@ -40,6 +40,7 @@ import json
 import math
 import os
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -217,42 +218,20 @@ class Ceiling:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._held = 0  # how deep this object is inside locked()
+        # Resolved once: a relative path must name the same file from any working folder,
+        # and a symlink its target (saving replaces the file, which would cut a link).
+        self.path = Path(path).expanduser().resolve()
         self.refresh()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the file's lock for the block, so that what the block reads of the file and
-        what it records there are one step for every process sharing it: two campaigns
-        checked at once cannot both pass a lifetime total that only one of them fits, and two
-        records at once cannot drop one another's. The lock is a sidecar file (``NAME.lock``),
-        since saving replaces the file itself; re-entered freely by the same object."""
-        if self._held:
-            self._held += 1
-            try:
-                yield
-            finally:
-                self._held -= 1
-            return
-        lock = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise ValidationError(
-                f"Cannot lock the worker's ceiling file {self.path} ({exc.strerror}: {lock}); "
-                "make its folder writable, or point PRIVTD_LEDGER at a file in one."
-            ) from None
-        try:
-            _lock(fd)
-            self._held = 1
-            try:
-                yield
-            finally:
-                self._held = 0
-                _unlock(fd)
-        finally:
-            os.close(fd)
+        what it records there are one step for every thread and process sharing it: two
+        campaigns checked at once cannot both pass a lifetime total that only one of them
+        fits, and two records at once cannot drop one another's. Re-entered freely by the
+        thread holding it, through any Ceiling of the same file."""
+        with _FileLock.of(self.path):
+            yield
 
     def refresh(self) -> None:
         """Read the file again: another process (or Worker) sharing it may have spent since."""
@@ -385,14 +364,78 @@ class Ceiling:
         )
 
 
+class _FileLock:
+    """One ledger's lock: a ``threading.RLock`` between this process's threads, then an
+    exclusive lock of a sidecar file (``NAME.lock``: saving replaces the ledger itself) between
+    processes, taken by the outermost holder only, so the holder may re-enter it."""
+
+    _registry: dict[Path, _FileLock] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.with_name(path.name + ".lock")
+        self.thread_lock = threading.RLock()
+        self.depth = 0
+        self.fd = -1
+
+    @classmethod
+    def of(cls, path: Path) -> _FileLock:
+        with cls._registry_lock:
+            return cls._registry.setdefault(path, cls(path))
+
+    def __enter__(self) -> None:
+        self.thread_lock.acquire()
+        try:
+            if self.depth == 0:
+                self.fd = self._open()
+                try:
+                    _lock(self.fd)
+                except BaseException:
+                    os.close(self.fd)
+                    raise
+            self.depth += 1
+        except BaseException:
+            self.thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.depth -= 1
+            if self.depth == 0:
+                try:
+                    _unlock(self.fd)
+                finally:
+                    os.close(self.fd)
+        finally:
+            self.thread_lock.release()
+
+    def _open(self) -> int:
+        # O_NOFOLLOW: a link planted at the lock's name is refused, not followed.
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            return os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise ValidationError(
+                f"Cannot lock the worker's ceiling file ({exc.strerror}: {self.path}); make "
+                "its folder writable and remove anything else at that name, or point "
+                "PRIVTD_LEDGER at a file in a folder of your own."
+            ) from None
+
+
 def _lock(fd: int) -> None:
-    """Wait for the exclusive lock of an open file (POSIX ``flock``; Windows ``msvcrt``)."""
+    """Wait for the exclusive lock of an open file (POSIX ``flock``; Windows ``msvcrt``, whose
+    blocking form gives up after 10 s, so it is polled)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         import msvcrt
 
-        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+                return
+            except OSError:
+                time.sleep(0.05)
     else:
         fcntl.flock(fd, fcntl.LOCK_EX)
 
@@ -630,11 +673,11 @@ class Worker:
         # The worker's own ceiling, before anything is perturbed, for these n answers under one
         # draw (figures recomputed from the parameters the device will use): per answer given
         # the others, then the lifetime total with the whole release's cost.
-        self.ceiling.check_campaign(campaign, n)
-        # Under the ledger's lock from the read of what was spent to the record of this
-        # release: another process sharing the ledger (another campaign, or this state
-        # file run twice) waits, then sees this spend.
+        # Under the ledger's lock from the read of the limits and of what was spent to the
+        # record of this release: another thread or process sharing the ledger (another
+        # campaign, or this state file run twice) waits, then sees this spend.
         with self.ceiling.locked():
+            self.ceiling.check_campaign(campaign, n)
             # The ledger's figure for this campaign counts too: a state file restored from an
             # older copy must not make the earlier releases free again.
             self.ceiling.refresh()
@@ -665,6 +708,9 @@ class Worker:
                     {"task": k, "value": _plain(v)} for k, v in zip(keys, values, strict=True)
                 ],
             }
+            # Counted in the lifetime total first (if the state's save then fails, the total
+            # overcounts, never under): from here the body may reach the server.
+            self.ceiling.record(self._ledger_key, budget.spent_epsilon)
             # Written before sending: from here on only this body goes out under this key.
             self.state["pending"] = {
                 "key": str(uuid.uuid4()),
@@ -673,8 +719,6 @@ class Worker:
                 "cost": budget.spent_epsilon - start,
             }
             self._save()
-            # Counted in the lifetime total from here: the body may reach the server.
-            self.ceiling.record(self._ledger_key, budget.spent_epsilon)
         return {**self.resend(), "n_clipped": n_clipped}
 
     def resend(self) -> dict[str, Any]:
@@ -712,6 +756,7 @@ class Worker:
         cost = float(pending.get("cost", spent - float(self.state["spent_epsilon"])))
         detail = exc.detail if isinstance(exc, ServiceError) else str(exc)
         self.state["spent_epsilon"] = spent
+        self.ceiling.record(self._ledger_key, spent)  # as submit did, should that have failed
         self.state.setdefault("refused", []).append(
             {
                 "key": pending["key"],

@@ -239,6 +239,14 @@ export function record(storage, ceiling, key, campaignTotal) {
   ceiling.spent = now.spent;
 }
 
+// What campaign `key` has spent before a new submission, for its checks and its record: the
+// largest of the states given (this tab's, and the one another tab of the campaign stored
+// since) and the campaign's figure in the ledger, which counts every tab's releases.
+export function spentBefore(ceiling, key, ...states) {
+  const figures = states.filter((x) => x).map((x) => Number(x.spent) || 0);
+  return Math.max(Number(ceiling.spent[key] || 0), ...figures);
+}
+
 // Runs `fn` (check the ceiling, perturb, record) as one step for every tab of this browser
 // and server, under the Web Locks API, so that two tabs cannot both pass a lifetime total only
 // one of them fits. Web Locks exist in secure contexts only (https, or localhost); over plain
