@@ -204,7 +204,9 @@ def main() -> None:
         "--output", type=Path, default=None, help="workers write the results here (a folder)"
     )
     parser.add_argument(
-        "--methods", default="mv,one-coin-ds", help="comma-separated, of mv and one-coin-ds; empty: ingest only"
+        "--methods",
+        default="mv,one-coin-ds",
+        help="comma-separated, of mv and one-coin-ds; empty: ingest only",
     )
     args = parser.parse_args()
     from privtd import Answers

@@ -1431,3 +1431,46 @@ def test_shard_gives_task_ids_back_in_their_files_dtype(dtypes, offsets, expecte
         expected
     )
     assert np.array_equal(ids.to_numpy(), want)
+
+
+@pytest.mark.parametrize("sorted_pieces", [True, False])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint64"])
+def test_a_shard_groups_tasks_as_a_hash_table_does(sorted_pieces, dtype):
+    """Pieces whose ids ascend are merged by a sort, others hashed: either way the tasks come
+    in order of first appearance, each task's answers in input order (what factorize and a
+    stable sort of its codes give)."""
+    from privtd.inference.distributed import _shard
+
+    rng = np.random.default_rng(3)
+    pieces = []
+    for size in (0, 1, 500, 2_000, 37):
+        ids = rng.integers(0, 300, size)
+        pieces.append({"task": (np.sort(ids) if sorted_pieces else ids).astype(dtype)})
+    order, counts, uniques = _shard._group_by_task(pieces)
+    ids = np.concatenate([p["task"] for p in pieces])
+    codes, expected_uniques = pd.factorize(ids, sort=False)
+    assert np.array_equal(order, np.argsort(codes, kind="stable"))
+    assert np.array_equal(counts, np.bincount(codes))
+    assert np.array_equal(uniques, expected_uniques) and uniques.dtype == ids.dtype
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([5, 3, 5, 0, 3, 9], dtype=np.int64),
+        np.array([7, 7, 2], dtype=np.uint32),
+        np.array([2**40, 1, 2**40], dtype=np.int64),  # too large for a table: hashed
+        np.array([-1, 4, -1], dtype=np.int64),  # negative: hashed
+        np.array([1, 0, 1], dtype=np.int8),
+        np.array([], dtype=np.int64),
+        np.random.default_rng(0).integers(0, 50_000, 10_000),
+    ],
+)
+def test_factorize_of_small_integers_is_pandas_factorize(values):
+    from privtd.inference.distributed import _shard
+
+    col = pd.Series(values)
+    codes, uniques = _shard._factorize(col)
+    want_codes, want_uniques = pd.factorize(col, sort=False)
+    assert np.array_equal(codes, want_codes) and codes.dtype == want_codes.dtype
+    assert uniques.equals(want_uniques) and uniques.dtype == want_uniques.dtype
