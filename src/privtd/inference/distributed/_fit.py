@@ -321,10 +321,9 @@ def _driver(estimator: Estimator) -> Callable[..., None] | None:
     """How the estimator fits over the shards, or None where it does not run there (its
     class has no driver, or its tags, which differ with a mechanism for GLAD, MACE and
     ZenCrowd, do not name ``"dask"``)."""
-    cls = _ALIASES.get(type(estimator), type(estimator))
     if "dask" not in get_tags(estimator).executors:
         return None
-    return _DRIVERS.get(cls)
+    return _DRIVERS.get(_ALIASES.get(type(estimator), type(estimator)))
 
 
 def not_distributed(estimator: Estimator | type[Estimator]) -> str:
