@@ -280,7 +280,8 @@ class GLADModel(Model):
 
 
 class AwareGLAD(GLAD):
-    """Deprecated: ``GLAD(mechanism=...)``, which this builds, with a ``FutureWarning``."""
+    """Deprecated alias of ``GLAD(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         warnings.warn(

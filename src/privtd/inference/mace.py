@@ -265,7 +265,8 @@ class MACEModel(Model):
 
 
 class AwareMACE(MACE):
-    """Deprecated: ``MACE(mechanism=...)``, which this builds, with a ``FutureWarning``."""
+    """Deprecated alias of ``MACE(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         warnings.warn(

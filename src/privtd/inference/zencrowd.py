@@ -125,10 +125,9 @@ class ZenCrowd(EMEstimator):
 
     @property
     def _warm_name(self) -> str:
-        # Given a mechanism, the aware form's states keep the name of the class it had before
-        # the parameter: the service keeps each run's state for the next, which resumes it,
-        # and a plain fit's state (reliabilities of the reports, not of the workers' own
-        # answers) must not start it.
+        # The aware form's warm states are named AwareZenCrowd, as its deprecated alias's are:
+        # a state the service saved for its next run resumes it, and a plain fit's state
+        # (reliabilities of the reports, not of the workers' own answers) does not start it.
         return type(self).__name__ if self.mechanism is None else "AwareZenCrowd"
 
     def _model(self, shape: Shape) -> ZenCrowdModel:
@@ -149,7 +148,8 @@ class ZenCrowd(EMEstimator):
 
 
 class AwareZenCrowd(ZenCrowd):
-    """Deprecated: ``ZenCrowd(mechanism=...)``, which this builds, with a ``FutureWarning``."""
+    """Deprecated alias of ``ZenCrowd(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
         warnings.warn(
