@@ -17,15 +17,7 @@ import numpy as np
 
 from privtd import datasets
 from privtd.errors import ConvergenceWarning
-from privtd.inference import (
-    GLAD,
-    MACE,
-    AwareDawidSkene,
-    AwareGLAD,
-    AwareMACE,
-    AwareZenCrowd,
-    ZenCrowd,
-)
+from privtd.inference import GLAD, MACE, AwareDawidSkene, ZenCrowd
 from privtd.mechanisms import OneLayerRR, TwoLayerRR
 
 OUT = Path(__file__).resolve().parent / "results" / "aware_glad_mace.txt"
@@ -52,11 +44,11 @@ def main() -> None:
                 release = mech.perturb(answers, rng=seed)
                 for label, est in [
                     ("glad", GLAD()),
-                    ("aware-glad", AwareGLAD(mech)),
+                    ("aware-glad", GLAD(mech)),
                     ("mace", MACE(n_restarts=3)),
-                    ("aware-mace", AwareMACE(mech, n_restarts=3)),
+                    ("aware-mace", MACE(mech, n_restarts=3)),
                     ("zencrowd", ZenCrowd()),
-                    ("aware-zencrowd", AwareZenCrowd(mech)),
+                    ("aware-zencrowd", ZenCrowd(mech)),
                     ("aware-ds", AwareDawidSkene(mech)),
                 ]:
                     got = est.fit(release).truths_.loc[truth.index].to_numpy()

@@ -300,12 +300,12 @@ def test_aware_zencrowd_same_labels_as_in_memory(mechanism, kind, partitions, fi
 @pytest.mark.parametrize("partitions", [1, 3, 7])
 @pytest.mark.parametrize("variant", ["em", "vb", "aware"])
 def test_mace_keeps_the_same_restart_as_in_memory(variant, partitions, files, ingested):
-    from privtd.inference import MACE, AwareMACE
+    from privtd.inference import MACE
 
     def make():
         params = {"n_restarts": 3, "max_iter": 6, "tol": 0.0}
         if variant == "aware":
-            return AwareMACE(_mechanism("one-layer", 3), **params)
+            return MACE(_mechanism("one-layer", 3), **params)
         return MACE(method=variant, **params)
 
     with warnings.catch_warnings():
@@ -368,11 +368,12 @@ def test_fit_distributed_reads_a_glob_and_starts_no_cluster_when_given_one(files
 
 # ---------------------------------------------------------------------- refusals, bad input
 def test_other_methods_refuse_naming_the_distributed_ones(files, ingested):
+    cat = ingested("cat", 3)
     with pytest.raises(ValidationError, match="GLAD") as info:
-        fit_distributed(make_estimator("glad"), ingested("cat", 3))
+        fit_distributed(make_estimator("glad"), cat)
     assert all(m in str(info.value) for m in DISTRIBUTED_METHODS)
-    with pytest.raises(ValidationError, match="AwareGLAD .*conjugate gradients"):
-        fit_distributed(make_estimator("aware-glad"), ingested("cat", 3))
+    with pytest.raises(ValidationError, match="^GLAD .*conjugate gradients"):
+        fit_distributed(make_estimator("aware-glad", mechanism=_mechanism("one-layer", 3)), cat)
     binary = ingested("bin", 3)
     for method, why in [("kos", "reduction inside"), ("mmsr", "covariance"), ("minimax", "L-BFGS")]:
         with pytest.raises(ValidationError, match=why):

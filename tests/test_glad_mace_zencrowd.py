@@ -16,7 +16,7 @@ from scipy.special import expit
 from privtd import Answers
 from privtd.datasets import make_categorical
 from privtd.errors import ConvergenceWarning
-from privtd.inference import GLAD, MACE, AwareGLAD, AwareMACE, AwareZenCrowd, ZenCrowd
+from privtd.inference import GLAD, MACE, ZenCrowd
 from privtd.inference._channel import channel_matrix, report_likelihood
 from privtd.mechanisms import OneLayerRR
 
@@ -98,7 +98,7 @@ def one_coin(s: float) -> np.ndarray:
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_glad_posterior_and_objective_by_enumeration(mechanism):
     answers = tiny()
-    est = fit_quiet(AwareGLAD(mechanism, max_iter=5, tol=0.0), answers)
+    est = fit_quiet(GLAD(mechanism, max_iter=5, tol=0.0), answers)
     c = channel_of(mechanism)
     alpha = est.weights_["weight"].loc[[f"w{u}" for u in range(3)]].to_numpy()
     beta = est.betas_.loc[[f"t{q}" for q in range(3)]].to_numpy()
@@ -121,7 +121,7 @@ def test_glad_fixed_point_zeroes_the_marginal_gradient(mechanism):
     # differentiate numerically by enumeration.
     answers = tiny()
     est = fit_quiet(
-        AwareGLAD(mechanism, max_iter=500, tol=1e-14, m_step_tol=1e-8, m_step_max_iter=200),
+        GLAD(mechanism, max_iter=500, tol=1e-14, m_step_tol=1e-8, m_step_max_iter=200),
         answers,
     )
     c = channel_of(mechanism)
@@ -151,7 +151,7 @@ def mace_answer_lik(trust: float, spam: float, strategy: np.ndarray) -> np.ndarr
 @pytest.mark.parametrize("method", ["em", "vb"])
 def test_mace_posterior_and_objective_by_enumeration(mechanism, method):
     answers = tiny()
-    est = fit_quiet(AwareMACE(mechanism, method=method, max_iter=4, n_restarts=3), answers)
+    est = fit_quiet(MACE(mechanism, method=method, max_iter=4, n_restarts=3), answers)
     c = channel_of(mechanism)
     _, workers = codes(est, answers)
     trust = est.weights_["weight"].to_numpy()[workers]
@@ -180,7 +180,7 @@ def test_mace_em_step_by_enumeration(mechanism):
     rng = np.random.default_rng(5)
     trust0 = rng.uniform(0.3, 0.9, 3)
     strategy0 = rng.dirichlet(np.ones(K), 3)
-    est = AwareMACE(mechanism, max_iter=1, method="em")
+    est = MACE(mechanism, max_iter=1, method="em")
     _, workers = codes(est, answers)
     start_trust = np.empty(3)
     start_strategy = np.empty((3, K))
@@ -215,8 +215,8 @@ def test_mace_em_step_by_enumeration(mechanism):
 def test_zencrowd_posterior_step_and_objective_by_enumeration(mechanism):
     answers = tiny()
     c = channel_of(mechanism)
-    one = fit_quiet(AwareZenCrowd(mechanism, max_iter=1), answers)
-    two = fit_quiet(AwareZenCrowd(mechanism, max_iter=2), answers)
+    one = fit_quiet(ZenCrowd(mechanism, max_iter=1), answers)
+    two = fit_quiet(ZenCrowd(mechanism, max_iter=2), answers)
     _, workers = codes(one, answers)
     p0 = one.weights_["weight"].to_numpy()[workers]
     p1 = two.weights_["weight"].to_numpy()[workers]
@@ -238,9 +238,7 @@ def test_zencrowd_posterior_step_and_objective_by_enumeration(mechanism):
     np.testing.assert_allclose(p1, right / 3, rtol=1e-10)
 
 
-@pytest.mark.parametrize(
-    "cls", [lambda m: AwareGLAD(m), lambda m: AwareZenCrowd(m), lambda m: AwareMACE(m)]
-)
+@pytest.mark.parametrize("cls", [lambda m: GLAD(m), lambda m: ZenCrowd(m), lambda m: MACE(m)])
 def test_em_objective_never_falls(cls):
     answers, _, _ = make_categorical(200, 15, 3, answers_per_task=5, accuracy=(0.5, 0.9), rng=2)
     mech = OneLayerRR.from_epsilon(2.0, n_labels=3)
@@ -262,7 +260,7 @@ def test_aware_zencrowd_reliability_is_the_workers_own():
     mech = OneLayerRR.from_epsilon(1.0, n_labels=2)
     reports = mech.perturb(answers, rng=5)
     plain = fit_quiet(ZenCrowd(), reports)
-    aware = fit_quiet(AwareZenCrowd(mech), reports)
+    aware = fit_quiet(ZenCrowd(mech), reports)
     # Own accuracies average 0.85; the reports' ~0.85 * 0.73 + 0.15 * 0.27 = 0.66. Each
     # worker's estimate has sd ~ sqrt(0.66 * 0.34 / 140) / 0.46 = 0.09 (140 answers, RR's scale
     # 0.46), so the mean of 20 is within ~0.02: 0.75 is 5 sd from either.
@@ -321,7 +319,7 @@ def test_two_layer_shares_the_channel_of_its_smallest_flip():
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: MACE(n_restarts=2), lambda: ZenCrowd(), lambda: AwareZenCrowd(RR)]
+    "make", [lambda: MACE(n_restarts=2), lambda: ZenCrowd(), lambda: ZenCrowd(RR)]
 )
 def test_backends_agree_with_gold_on_unsorted_answers(make):
     # MACE and ZenCrowd run the Dawid-Skene pass (numba or numpy); answers out of task order
@@ -352,3 +350,96 @@ def test_backends_agree_with_gold_on_unsorted_answers(make):
     np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-10)
     np.testing.assert_allclose(a.probas_, b.probas_, atol=1e-9)
     assert (b.truths_.loc[gold.index] == gold).all()
+
+
+# ------------------------------------------------------------------ the mechanism parameter
+FORMS = [
+    ("glad", GLAD, "AwareGLAD"),
+    ("mace", MACE, "AwareMACE"),
+    ("zencrowd", ZenCrowd, "AwareZenCrowd"),
+]
+
+
+def small_fit_params(method: str) -> dict:
+    return {"n_restarts": 2, "max_iter": 5} if method == "mace" else {"max_iter": 5}
+
+
+@pytest.mark.parametrize("method, cls, alias", FORMS)
+def test_mechanism_is_a_parameter_that_picks_the_form(method, cls, alias):
+    from privtd.inference import clone, get_tags
+
+    plain, aware = cls(), cls(RR)
+    assert plain.get_params()["mechanism"] is None and aware.get_params()["mechanism"] is RR
+    assert repr(aware).startswith(f"{cls.__name__}(mechanism=OneLayerRR(")
+    assert get_tags(plain).name == method and not get_tags(plain).aware
+    assert get_tags(aware).name == f"aware-{method}" and get_tags(aware).mechanisms
+    assert get_tags(cls).name == method and get_tags(cls).aware_form.name == f"aware-{method}"
+    copy = clone(aware)
+    assert type(copy) is cls and copy.get_params() == aware.get_params()
+    assert get_tags(copy.set_params(mechanism=None)).name == method
+
+
+@pytest.mark.parametrize("method, cls, alias", FORMS)
+def test_deprecated_alias_warns_and_fits_as_the_parameter(method, cls, alias):
+    import privtd.inference as inference
+
+    answers, _, _ = make_categorical(60, 8, K, answers_per_task=4, rng=6)
+    reports = RR.perturb(answers, rng=7)
+    with pytest.warns(FutureWarning, match=rf"^{alias} is deprecated; use {cls.__name__}\("):
+        old = getattr(inference, alias)(RR, **small_fit_params(method))
+    new = cls(mechanism=RR, **small_fit_params(method))
+    assert isinstance(old, cls) and old.get_params() == new.get_params()
+    fit_quiet(old, reports)
+    fit_quiet(new, reports)
+    np.testing.assert_array_equal(old.probas_, new.probas_)
+    np.testing.assert_array_equal(old.weights_, new.weights_)
+    np.testing.assert_array_equal(old.objective_, new.objective_)
+    # ... and privtd's own way to the aware form builds the class itself, with no warning.
+    from privtd.inference import make_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        built = make_estimator(f"aware-{method}", mechanism=RR, **small_fit_params(method))
+    assert type(built) is cls and built.get_params() == new.get_params()
+
+
+@pytest.mark.parametrize("method, cls, alias", FORMS)
+def test_the_aware_form_pickles_with_its_mechanism(method, cls, alias):
+    import pickle
+
+    answers, _, _ = make_categorical(60, 8, K, answers_per_task=4, rng=6)
+    est = fit_quiet(cls(RR, **small_fit_params(method)), RR.perturb(answers, rng=7))
+    back = pickle.loads(pickle.dumps(est))
+    assert back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.probas_, est.probas_)
+
+
+def test_a_plain_method_given_a_mechanism_is_its_aware_form():
+    # make_estimator builds what the constructor builds: glad given a mechanism is aware-glad.
+    from privtd.inference import get_tags, make_estimator
+
+    est = make_estimator("glad", mechanism=RR, max_iter=3)
+    assert get_tags(est).name == "aware-glad"
+    assert est.get_params() == make_estimator("aware-glad", mechanism=RR, max_iter=3).get_params()
+    # Without one the aware name is the plain model, as infer's note says.
+    assert get_tags(make_estimator("aware-glad")).name == "glad"
+
+
+def test_the_aware_zencrowds_warm_state_keeps_its_name():
+    # The service keeps each run's warm_state_ for the next: one saved by AwareZenCrowd
+    # resumes ZenCrowd(mechanism=...), and a plain fit's state does not start the aware form.
+    import privtd.inference as inference
+    from privtd import ValidationError
+
+    answers, _, _ = make_categorical(60, 8, K, answers_per_task=4, rng=6)
+    reports = RR.perturb(answers, rng=7)
+    plain = fit_quiet(ZenCrowd(max_iter=3), reports)
+    aware = fit_quiet(ZenCrowd(RR, max_iter=3), reports)
+    assert plain.warm_state_["estimator"] == "ZenCrowd"
+    assert aware.warm_state_["estimator"] == "AwareZenCrowd"
+    with pytest.warns(FutureWarning):
+        old = fit_quiet(inference.AwareZenCrowd(RR), reports)
+    resumed = fit_quiet(ZenCrowd(RR), reports, warm_start=old.warm_state_)
+    assert resumed.n_iter_ >= 1
+    with pytest.raises(ValidationError, match="warm_start comes from ZenCrowd; this is Aware"):
+        ZenCrowd(RR).fit(reports, warm_start=plain.warm_state_)

@@ -24,8 +24,8 @@ from privtd.inference import (
     make_estimator,
     takes_mechanism,
 )
-from privtd.inference._tags import EXECUTORS
-from privtd.mechanisms import MECHANISMS
+from privtd.inference._tags import EXECUTORS, method_tags
+from privtd.mechanisms import MECHANISMS, OneLayerRR
 from privtd.utils import estimator_checks
 from privtd.utils.estimator_checks import check_estimator, parametrize_with_checks
 
@@ -36,24 +36,29 @@ def test_the_name_index_names_each_class_under_its_tag():
     listed = all_estimators()
     assert [name for name, _ in listed] == [*METHODS, *RELEASE_METHODS]
     for name, cls in listed:
-        assert get_tags(cls).name == name, cls
+        assert method_tags(cls, name).name == name, cls
         assert "__privtd_tags__" in vars(cls), f"{cls.__name__} must declare its own tags"
-        assert get_tags(cls).release_only == (name in RELEASE_METHODS), name
-    assert len({cls for _, cls in listed}) == len(listed)
+        assert method_tags(cls, name).release_only == (name in RELEASE_METHODS), name
+        # Each class once, under its tags' name, and again under its aware form's if it has one.
+        form = get_tags(cls).aware_form
+        assert [n for n, c in listed if c is cls] == [get_tags(cls).name] + (
+            [form.name] if form else []
+        ), cls
 
 
 def test_tags_read_the_class_attributes_fit_acts_on():
-    for _, cls in all_estimators():
-        tags = get_tags(cls)
+    for name, cls in all_estimators():
+        tags = method_tags(cls, name)
         assert tags.kinds == cls.kinds and tags.warm_start == cls.warm_starts
         assert tags.iterative == cls.iterative
         assert set(tags.mechanisms) <= set(MECHANISMS), cls
         assert set(tags.executors) <= set(EXECUTORS)
-        # An aware estimator takes the mechanism; a plain one does not.
+        # An aware estimator takes the mechanism; a plain one does not, unless the mechanism
+        # makes it its aware form.
         assert (
             "mechanism"
             in inference.estimator_params(tags.name) + list(inspect.signature(cls).parameters)
-        ) == tags.aware, cls
+        ) == (tags.aware or get_tags(cls).aware_form is not None), cls
         assert tags.aware == takes_mechanism(tags.name)
     assert get_tags(inference.LatentClass).binary_only
     assert not get_tags(inference.DawidSkene).binary_only
@@ -112,8 +117,19 @@ def test_dask_list_is_the_tagged_classes_with_a_driver():
     assert tagged == set(_fit._DRIVERS)
     assert DISTRIBUTED_METHODS == tuple(name for name, _ in all_estimators(executor="dask"))
     assert inference.DISTRIBUTED_METHODS is DISTRIBUTED_METHODS
-    refusal = _fit.not_distributed(inference.AwareGLAD)
+    rr = OneLayerRR(f=0.1, n_labels=2)
+    refusal = _fit.not_distributed(inference.GLAD(rr))
+    assert refusal.startswith("GLAD does not run on a Dask cluster yet")
     assert "conjugate gradients" in refusal and "aware-ds" in refusal
+    # A class listed under two names runs on Dask under each name its tags say, and no other.
+    for name, cls in all_estimators():
+        if get_tags(cls).aware_form is not None:
+            est = cls(rr if name == get_tags(cls).aware_form.name else None)
+            assert (_fit._driver(est) is not None) == (name in DISTRIBUTED_METHODS), name
+    # The deprecated aliases fit there as their model does.
+    with pytest.warns(FutureWarning):
+        assert _fit._driver(inference.AwareMACE(rr)) is _fit._DRIVERS[inference.MACE]
+        assert _fit._driver(inference.AwareGLAD(rr)) is None
     assert "(" not in _fit.not_distributed(inference.Wawa)  # tagged with no reason
 
 
@@ -124,6 +140,14 @@ def test_tags_refuse_what_cannot_be():
         Tags("x", mechanisms=("one-layer",), default_for=("two-layer",))
     with pytest.raises(TypeError):
         Tags("x", kinds=("numeric",))  # type: ignore[call-arg]  # the class's kinds say it
+    rr = ("one-layer",)
+    for odd in (
+        {"mechanisms": rr, "aware_form": Tags("aware-x", mechanisms=rr)},  # plain is aware
+        {"aware_form": Tags("aware-x")},  # the aware form models nothing
+        {"aware_form": Tags(mechanisms=rr)},  # ... or has no name
+    ):
+        with pytest.raises(ValueError, match="aware_form is the form of a plain model"):
+            Tags("x", **odd)
 
     class Odd(inference.MajorityVote):
         __privtd_tags__ = {"name": "odd"}  # type: ignore[assignment]
@@ -237,8 +261,8 @@ def test_the_clis_aware_forms_model_randomized_response():
     from privtd.cli.infer import AWARE_FORM, RANDOMIZED_RESPONSE
 
     for plain, form in AWARE_FORM.items():
-        assert get_tags(METHODS[form]).mechanisms == RANDOMIZED_RESPONSE, form
-        assert not get_tags(METHODS[plain]).aware
+        assert method_tags(METHODS[form], form).mechanisms == RANDOMIZED_RESPONSE, form
+        assert not method_tags(METHODS[plain], plain).aware
 
 
 def test_the_aware_default_imports_only_the_estimators_before_it():

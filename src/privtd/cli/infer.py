@@ -424,7 +424,8 @@ def _check_request(
 ) -> None:
     """Refuse what no answers can make work (a missing output folder, an aware method that
     needs its mechanism, --gold with --no-gold) before reading them."""
-    from ..inference import METHODS, RELEASE_METHODS, get_tags, takes_mechanism
+    from ..inference import METHODS, RELEASE_METHODS, takes_mechanism
+    from ..inference._tags import method_tags
 
     for path in (output, workers_output, probas_output):
         if path and not Path(path).resolve().parent.is_dir():
@@ -433,7 +434,7 @@ def _check_request(
     if mechanism is None and method is not None and takes_mechanism(method):
         if method not in AWARE_WITHOUT_MECHANISM:
             releases = " or ".join(
-                get_tags(METHODS.get(method) or RELEASE_METHODS[method]).mechanisms
+                method_tags(METHODS.get(method) or RELEASE_METHODS[method], method).mechanisms
             )
             raise ValidationError(
                 f"{method} reads the rows a mechanism ({releases}) released and needs it: give "

@@ -105,7 +105,9 @@ __all__ = [
 #: estimator in this package: the index that lets the CLI's choice list (``privtd.cli._names``)
 #: and :data:`METHODS` name the methods without importing any estimator. What each method is
 #: (its kinds, mechanisms, executors) its class's tags say; tests/test_registry.py checks that
-#: this index names each class under its tag's name. A class is imported when first used.
+#: this index names each class under its tag's name. A plain model whose ``mechanism``
+#: parameter composes the channel into its likelihood is listed twice: under its own name and
+#: under its aware form's (its tags' ``aware_form``). A class is imported when first used.
 _METHOD_SPECS: dict[str, str] = {
     "mv": "majority_vote:MajorityVote",
     "wv": "weighted_vote:WeightedVote",
@@ -129,11 +131,11 @@ _METHOD_SPECS: dict[str, str] = {
     "kos": "kos:KOS",
     "mmsr": "mmsr:MMSR",
     "glad": "glad:GLAD",
-    "aware-glad": "glad:AwareGLAD",
+    "aware-glad": "glad:GLAD",
     "mace": "mace:MACE",
-    "aware-mace": "mace:AwareMACE",
+    "aware-mace": "mace:MACE",
     "zencrowd": "zencrowd:ZenCrowd",
-    "aware-zencrowd": "zencrowd:AwareZenCrowd",
+    "aware-zencrowd": "zencrowd:ZenCrowd",
     "minimax": "minimax_entropy:MinimaxEntropy",
     # Estimators tagged release_only, which only read a mechanism's release of whole rows
     # (every (worker, task) cell reported, NULL included): they need the mechanism, so
@@ -146,6 +148,10 @@ _RELEASE_ONLY = ("aware-null",)
 #: rest.
 _LAZY: dict[str, str] = {
     **{spec.split(":")[1]: spec.split(":")[0] for spec in _METHOD_SPECS.values()},
+    # Deprecated aliases of GLAD(mechanism=...), MACE(...) and ZenCrowd(...).
+    "AwareGLAD": "glad",
+    "AwareMACE": "mace",
+    "AwareZenCrowd": "zencrowd",
     "Estimator": "_base",
     "clone": "_base",
     "Tags": "_tags",
@@ -232,7 +238,9 @@ def all_estimators(
     """Every registered estimator as ``(method name, class)``, in the CLI's order.
 
     Imports every estimator module (the registry itself, :data:`METHODS`, does not). The
-    filters keep the estimators whose tags (:func:`get_tags`) match.
+    filters keep the estimators whose tags (:func:`get_tags`) match. A class listed under two
+    names (``glad`` and ``aware-glad``: :class:`GLAD` without and with a mechanism) is
+    matched under each by that name's tags (its tags' ``aware_form`` for the aware name).
 
     Parameters
     ----------
@@ -250,7 +258,7 @@ def all_estimators(
     >>> [name for name, _ in all_estimators(kind="numeric", executor="dask")]
     ['crh', 'catd', 'gtm', 'raykar', 'sigma', 'mean', 'median']
     """
-    from ._tags import EXECUTORS, get_tags
+    from ._tags import EXECUTORS, method_tags
 
     if kind not in (None, "categorical", "numeric"):
         raise _ValidationError(
@@ -265,7 +273,7 @@ def all_estimators(
     found = []
     for method, spec in _METHOD_SPECS.items():
         cls: type[Estimator] = __getattr__(spec.split(":")[1])
-        tags = get_tags(cls)
+        tags = method_tags(cls, method)
         if kind is not None and kind not in tags.kinds:
             continue
         if aware is not None and tags.aware != aware:
@@ -277,11 +285,11 @@ def all_estimators(
 
 
 def _aware_method() -> dict[str, str]:
-    from ._tags import get_tags
+    from ._tags import method_tags
 
     table: dict[str, str] = {}
     for method, cls in all_estimators(aware=True):
-        for mechanism in get_tags(cls).default_for:
+        for mechanism in method_tags(cls, method).default_for:
             if mechanism in table:
                 raise RuntimeError(
                     f"Both {table[mechanism]} and {method} are tagged the default for the "
@@ -320,7 +328,7 @@ if _typing.TYPE_CHECKING:
 
 def aware_method(mechanism: _typing.Any) -> str | None:
     """The perturbation-aware estimator for a mechanism (see :data:`AWARE_METHOD`), or None."""
-    from ._tags import get_tags
+    from ._tags import method_tags
 
     name = getattr(mechanism, "name", "")
     table: dict[str, str] | None = globals().get("AWARE_METHOD")
@@ -329,7 +337,7 @@ def aware_method(mechanism: _typing.Any) -> str | None:
     # The first estimator tagged the default for it is the only one (building AWARE_METHOD
     # refuses two): stopping there spares ``privtd infer --mechanism`` importing the rest.
     for method, spec in _METHOD_SPECS.items():
-        if name in get_tags(__getattr__(spec.split(":")[1])).default_for:
+        if name in method_tags(__getattr__(spec.split(":")[1]), method).default_for:
             return method
     return None
 
@@ -337,14 +345,14 @@ def aware_method(mechanism: _typing.Any) -> str | None:
 def takes_mechanism(method: str) -> bool:
     """Whether a method's estimator is perturbation-aware (takes the mechanism), importing
     that estimator only."""
-    from ._tags import get_tags
+    from ._tags import method_tags
 
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:
         raise _ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
-    return get_tags(cls).aware
+    return method_tags(cls, method).aware
 
 
 #: The estimators that need a mechanism's release of whole rows (see the table above).
@@ -352,7 +360,13 @@ RELEASE_METHODS: "_Mapping[str, type[Estimator]]" = _Estimators(_RELEASE_ONLY)
 
 
 def make_estimator(method: str, **params: _typing.Any) -> "Estimator":
-    """Build the estimator for a method name, passing ``params`` to its constructor."""
+    """Build the estimator for a method name, passing ``params`` to its constructor.
+
+    A plain model that takes a mechanism (``glad``, ``mace``, ``zencrowd``) given one is its
+    aware form, as its constructor makes it: ``make_estimator("glad", mechanism=m)`` is
+    ``make_estimator("aware-glad", mechanism=m)``; an aware form given none is the plain
+    model (``privtd infer`` says so in a note).
+    """
     cls = METHODS.get(method) or RELEASE_METHODS.get(method)
     if cls is None:
         raise _ValidationError(
@@ -391,20 +405,8 @@ def estimator_params(method: str) -> list[str]:
         raise _ValidationError(
             f"Unknown method {method!r}. Choose one of {', '.join([*METHODS, *RELEASE_METHODS])}."
         )
-    names: list[str] = []
-    # An aware form that passes **params on to its plain model (AwareMACE, AwareGLAD, ...)
-    # takes the plain model's parameters too: follow the classes up until no **params is left.
-    for klass in cls.__mro__:
-        if klass is object or "__init__" not in vars(klass):
-            continue
-        params = _inspect.signature(vars(klass)["__init__"]).parameters.values()
-        names += [
-            p.name
-            for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-            and p.name not in ("self", "mechanism")
-            and p.name not in names
-        ]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
+    return [
+        p.name
+        for p in _inspect.signature(cls).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "mechanism"
+    ]

@@ -225,7 +225,7 @@ class Estimator(ABC):
         if warm_start is not None and not self.warm_starts:
             raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
         self._answers = ans
-        self._warm = WarmStart.encode(ans, warm_start, type(self).__name__)
+        self._warm = WarmStart.encode(ans, warm_start, self._warm_name)
         # Small fits run numpy's kernels, which have no set-up to pay (_kernels.backend_for).
         with _kernels.backend_for(ans.n_answers, self._planned_passes()) as backend:
             self._kernel_backend = backend  # which one ran: for tests and for profiling
@@ -263,6 +263,11 @@ class Estimator(ABC):
             "model": {k: np.asarray(v).tolist() for k, v in arrays["model"].items()},
         }
 
+    @property
+    def _warm_name(self) -> str:
+        """The model a warm state names, which a warm start must name: the class's name."""
+        return type(self).__name__
+
     def _warm_arrays(self) -> dict[str, Any]:
         if not self.warm_starts:
             raise ValidationError(f"{type(self).__name__} does not take a warm_start.")
@@ -274,7 +279,7 @@ class Estimator(ABC):
             known = ~np.isnan(self._truth_codes)
             tasks, values = answers.tasks[known], self._truth_codes[known]
         return {
-            "estimator": type(self).__name__,
+            "estimator": self._warm_name,
             "tasks": tasks,
             "values": values,
             "labels": answers.labels,

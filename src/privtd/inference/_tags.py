@@ -48,6 +48,12 @@ class Tags:
     not_distributed : str or None
         Why the estimator does not run on a Dask cluster, where its structure gives a reason
         (one clause, for the refusal).
+    aware_form : Tags or None
+        For a plain model whose ``mechanism`` parameter composes a mechanism's channel into its
+        likelihood (GLAD, MACE, ZenCrowd): the tags of that perturbation-aware form, which the
+        registry lists under its own method name (``aware-glad``) beside the plain one, and
+        which :func:`get_tags` returns for an instance given a mechanism. None for a class with
+        one form.
 
     Attributes
     ----------
@@ -68,6 +74,7 @@ class Tags:
     release_only: bool = False
     executors: tuple[str, ...] = MEMORY
     not_distributed: str | None = None
+    aware_form: Tags | None = None
     kinds: tuple[str, ...] = dataclasses.field(default=("categorical",), init=False)
     warm_start: bool = dataclasses.field(default=False, init=False)
     iterative: bool = dataclasses.field(default=False, init=False)
@@ -84,6 +91,13 @@ class Tags:
                 f"Tags.default_for {self.default_for!r} names a mechanism outside "
                 f"mechanisms {self.mechanisms!r}."
             )
+        form = self.aware_form
+        if form is not None and (self.aware or not form.aware or not form.name or form.aware_form):
+            raise ValueError(
+                "Tags.aware_form is the form of a plain model given a mechanism: the plain "
+                "tags name no mechanisms, and the form names its method and its mechanisms. "
+                f"Got {self!r}."
+            )
 
     @property
     def aware(self) -> bool:
@@ -94,7 +108,8 @@ class Tags:
 def get_tags(estimator: Any) -> Tags:
     """The tags of an estimator or estimator class: its declared ``__privtd_tags__`` (defaults
     where it declares none) with ``kinds``, ``warm_start`` and ``iterative`` read from the
-    class."""
+    class. For an instance given a mechanism, of a class whose tags have an ``aware_form``:
+    that form's tags."""
     cls = estimator if isinstance(estimator, type) else type(estimator)
     declared = getattr(cls, "__privtd_tags__", None)
     if declared is None:
@@ -104,10 +119,29 @@ def get_tags(estimator: Any) -> Tags:
             f"{cls.__name__}.__privtd_tags__ must be a privtd.inference.Tags; got "
             f"{type(declared).__name__}."
         )
+    form = declared.aware_form
+    if form is not None:
+        if cls is not estimator and getattr(estimator, "mechanism", None) is not None:
+            return _with_class_attributes(form, cls)
+        declared = dataclasses.replace(declared, aware_form=_with_class_attributes(form, cls))
+    return _with_class_attributes(declared, cls)
+
+
+def _with_class_attributes(declared: Tags, cls: type) -> Tags:
+    """A copy of ``declared`` with the tags the class's own attributes state."""
     tags = dataclasses.replace(declared)
     object.__setattr__(tags, "kinds", tuple(getattr(cls, "kinds", ("categorical",))))
     object.__setattr__(tags, "warm_start", bool(getattr(cls, "warm_starts", False)))
     object.__setattr__(tags, "iterative", bool(getattr(cls, "iterative", False)))
+    return tags
+
+
+def method_tags(cls: type, method: str) -> Tags:
+    """The tags a class is registered with under a method name: its own, or its aware form's
+    where the name is that form's (``aware-glad`` for :class:`GLAD`)."""
+    tags = get_tags(cls)
+    if tags.aware_form is not None and tags.aware_form.name == method:
+        return tags.aware_form
     return tags
 
 

@@ -6,7 +6,7 @@ correctly with probability ``sigma(alpha_i beta_j)``, and otherwise uniformly am
 expected complete log-likelihood plus Gaussian priors ``alpha ~ N(1, 1)`` and
 ``log beta ~ N(1, 1)`` by conjugate gradients (the paper's code, and crowd-kit's ``GLAD``).
 
-Through a randomized-response channel ``C`` (:class:`AwareGLAD`), the answer likelihood is
+Through a randomized-response channel ``C`` (``GLAD(mechanism=...)``), the answer likelihood is
 composed with it (``privtd.inference._channel``): ``P(r | l) = c C[r, l] + (1 - s) / (K - 1)``
 with ``s = sigma(alpha beta)`` and ``c = s - (1 - s) / (K - 1)``, and the gradient goes through
 the composition.
@@ -14,6 +14,7 @@ the composition.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,11 @@ class GLAD(Estimator):
 
     Parameters
     ----------
+    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None, default None
+        The mechanism that produced the answers, whose channel is composed into the answer
+        likelihood (method ``aware-glad``; see module doc). Two-layer RR enters through the
+        flip all its workers share, ``R_a`` (the rest each worker's parameters absorb;
+        ``docs/inference.md``). None: the plain model (method ``glad``).
     max_iter : int, default 100
         EM iterations (each: one M-step, then one E-step).
     tol : float, default 1e-6
@@ -66,12 +72,19 @@ class GLAD(Estimator):
     ``n_iter_``, ``converged_``, ``objective_``.
     """
 
-    __privtd_tags__ = Tags("glad", not_distributed=_NOT_DISTRIBUTED)
+    __privtd_tags__ = Tags(
+        "glad",
+        not_distributed=_NOT_DISTRIBUTED,
+        aware_form=Tags(
+            "aware-glad", mechanisms=RANDOMIZED_RESPONSE, not_distributed=_NOT_DISTRIBUTED
+        ),
+    )
 
     iterative = True
 
     def __init__(
         self,
+        mechanism: Any = None,
         *,
         max_iter: int = 100,
         tol: float = 1e-6,
@@ -80,6 +93,7 @@ class GLAD(Estimator):
         m_step_max_iter: int = 25,
         m_step_tol: float = 1e-2,
     ) -> None:
+        self.mechanism = mechanism
         self.max_iter = max_iter
         self.tol = tol
         self.alpha_prior = alpha_prior
@@ -96,9 +110,7 @@ class GLAD(Estimator):
         _check_float(name, "m_step_tol", self.m_step_tol, 0.0, low_open=True)
 
     def _fit(self, answers: Answers, gold: Gold | None) -> None:
-        channel = channel_matrix(
-            getattr(self, "mechanism", None), answers.n_labels, type(self).__name__
-        )
+        channel = channel_matrix(self.mechanism, answers.n_labels, type(self).__name__)
         executor = InMemory(MemoryPart(answers, gold, None))
         fit = run_em(
             GLADModel(self, channel, answers.n_answers), executor, self.max_iter, self._tick
@@ -268,24 +280,11 @@ class GLADModel(Model):
 
 
 class AwareGLAD(GLAD):
-    """GLAD with the public randomized-response channel in the likelihood (see module doc).
-
-    Parameters
-    ----------
-    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
-        The mechanism that produced the answers. Two-layer RR enters through the flip all its
-        workers share, ``R_a`` (the rest each worker's parameters absorb; ``docs/inference.md``).
-        None: plain :class:`GLAD`.
-    **params
-        As :class:`GLAD`.
-    """
-
-    __privtd_tags__ = Tags(
-        "aware-glad",
-        mechanisms=RANDOMIZED_RESPONSE,
-        not_distributed=_NOT_DISTRIBUTED,
-    )
+    """Deprecated alias of ``GLAD(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
-        self.mechanism = mechanism
-        super().__init__(**params)
+        warnings.warn(
+            "AwareGLAD is deprecated; use GLAD(mechanism=...).", FutureWarning, stacklevel=2
+        )
+        super().__init__(mechanism, **params)

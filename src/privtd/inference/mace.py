@@ -17,13 +17,14 @@ Every parameter is per worker, so each worker is a Dawid-Skene confusion
 ``pi_j[a, l] = theta_j [a = l] + (1 - theta_j) xi_j(a)``: one fused Dawid-Skene pass over the
 answers gives the posteriors and each worker's report-truth counts, from which the expected
 earnest answers and spammed answers per label follow per worker. Through a
-randomized-response channel ``C`` (:class:`AwareMACE`) the report likelihood is
+randomized-response channel ``C`` (``MACE(mechanism=...)``) the report likelihood is
 ``theta C[r, l] + (1 - theta) (C xi)[r]`` (``privtd.inference._channel``), and a spammed
 report's own answer ``a`` is latent with weight ``xi(a) C[r, a]``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,11 @@ class MACE(EMEstimator):
 
     Parameters
     ----------
+    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None, default None
+        The mechanism that produced the answers, whose channel is composed into the report
+        likelihood (method ``aware-mace``; see module doc). Two-layer RR enters through the
+        flip all its workers share, ``R_a`` (the rest each worker's parameters absorb;
+        ``docs/inference.md``). None: the plain model (method ``mace``).
     n_restarts : int, default 10
         Random restarts; the one with the highest marginal likelihood is kept.
     max_iter : int, default 100
@@ -83,10 +89,15 @@ class MACE(EMEstimator):
     kept, ``restart_objectives_``.
     """
 
-    __privtd_tags__ = Tags("mace", executors=MEMORY_AND_DASK)
+    __privtd_tags__ = Tags(
+        "mace",
+        executors=MEMORY_AND_DASK,
+        aware_form=Tags("aware-mace", mechanisms=RANDOMIZED_RESPONSE, executors=MEMORY_AND_DASK),
+    )
 
     def __init__(
         self,
+        mechanism: Any = None,
         *,
         n_restarts: int = 10,
         max_iter: int = 100,
@@ -100,6 +111,7 @@ class MACE(EMEstimator):
         default_noise: float = 0.5,
         rng: RNGLike = 0,
     ) -> None:
+        self.mechanism = mechanism
         self.n_restarts = n_restarts
         self.max_iter = max_iter
         self.min_iter = min_iter
@@ -148,7 +160,7 @@ class MACE(EMEstimator):
                 spam /= spam.sum(axis=1, keepdims=True)
                 strategy /= strategy.sum(axis=1, keepdims=True)
                 starts.append((spam[:, 1], spam[:, 0], strategy))
-        channel = channel_matrix(getattr(self, "mechanism", None), k, type(self).__name__)
+        channel = channel_matrix(self.mechanism, k, type(self).__name__)
         best: tuple[MACEModel, Fit] | None = None
         finals = []
         for start in starts:
@@ -253,20 +265,11 @@ class MACEModel(Model):
 
 
 class AwareMACE(MACE):
-    """MACE with the public randomized-response channel in the likelihood (see module doc).
-
-    Parameters
-    ----------
-    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
-        The mechanism that produced the answers. Two-layer RR enters through the flip all its
-        workers share, ``R_a`` (the rest each worker's parameters absorb; ``docs/inference.md``).
-        None: plain :class:`MACE`.
-    **params
-        As :class:`MACE`.
-    """
-
-    __privtd_tags__ = Tags("aware-mace", mechanisms=RANDOMIZED_RESPONSE, executors=MEMORY_AND_DASK)
+    """Deprecated alias of ``MACE(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
-        self.mechanism = mechanism
-        super().__init__(**params)
+        warnings.warn(
+            "AwareMACE is deprecated; use MACE(mechanism=...).", FutureWarning, stacklevel=2
+        )
+        super().__init__(mechanism, **params)

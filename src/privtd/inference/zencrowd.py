@@ -8,7 +8,7 @@ worker's answers that are right (the truth-inference survey's form, Zheng et al.
 It is one-coin Dawid-Skene without the learned class prior, which on skewed data keeps EM from
 collapsing onto the majority class.
 
-Through a randomized-response channel ``C`` (:class:`AwareZenCrowd`) the report likelihood is
+Through a randomized-response channel ``C`` (``ZenCrowd(mechanism=...)``) the report likelihood is
 ``c C[r, l] + (1 - p) / (K - 1)`` with ``c = p - (1 - p) / (K - 1)``
 (``privtd.inference._channel``), and a report is right with posterior
 ``sum_l mu_l p C[r, l] / P(r | l)``.
@@ -16,6 +16,7 @@ Through a randomized-response channel ``C`` (:class:`AwareZenCrowd`) the report 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,11 @@ class ZenCrowd(EMEstimator):
 
     Parameters
     ----------
+    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None, default None
+        The mechanism that produced the answers, whose channel is composed into the report
+        likelihood (method ``aware-zencrowd``; see module doc). Two-layer RR enters through the
+        flip all its workers share, ``R_a`` (the rest each worker's parameters absorb;
+        ``docs/inference.md``). None: the plain model (method ``zencrowd``).
     max_iter : int, default 100
     tol : float, default 1e-5
         On the change of the log marginal likelihood per answer.
@@ -102,18 +108,30 @@ class ZenCrowd(EMEstimator):
     Fitted: ``truths_``, ``probas_``, ``weights_`` (``weight`` = reliability ``p_u``).
     """
 
-    __privtd_tags__ = Tags("zencrowd", executors=MEMORY_AND_DASK)
+    __privtd_tags__ = Tags(
+        "zencrowd",
+        executors=MEMORY_AND_DASK,
+        aware_form=Tags(
+            "aware-zencrowd", mechanisms=RANDOMIZED_RESPONSE, executors=MEMORY_AND_DASK
+        ),
+    )
 
     warm_starts = True
 
-    def __init__(self, *, max_iter: int = 100, tol: float = 1e-5) -> None:
+    def __init__(self, mechanism: Any = None, *, max_iter: int = 100, tol: float = 1e-5) -> None:
+        self.mechanism = mechanism
         self.max_iter = max_iter
         self.tol = tol
 
+    @property
+    def _warm_name(self) -> str:
+        # The aware form's warm states are named AwareZenCrowd, as its deprecated alias's are:
+        # a state the service saved for its next run resumes it, and a plain fit's state
+        # (reliabilities of the reports, not of the workers' own answers) does not start it.
+        return type(self).__name__ if self.mechanism is None else "AwareZenCrowd"
+
     def _model(self, shape: Shape) -> ZenCrowdModel:
-        channel = channel_matrix(
-            getattr(self, "mechanism", None), shape.n_labels, type(self).__name__
-        )
+        channel = channel_matrix(self.mechanism, shape.n_labels, type(self).__name__)
         return ZenCrowdModel(self.tol, shape, channel)
 
     def _finish(self, answers: Answers, fit: Fit, truth: np.ndarray, mu: np.ndarray | None) -> None:
@@ -130,24 +148,11 @@ class ZenCrowd(EMEstimator):
 
 
 class AwareZenCrowd(ZenCrowd):
-    """ZenCrowd with the public randomized-response channel in the likelihood (see module doc).
-
-    Parameters
-    ----------
-    mechanism : OneLayerRR, BinaryRR, TwoLayerRR or None
-        The mechanism that produced the answers. Two-layer RR enters through the flip all its
-        workers share, ``R_a`` (the rest each worker's parameters absorb; ``docs/inference.md``).
-        None: plain :class:`ZenCrowd`.
-    **params
-        As :class:`ZenCrowd`.
-    """
-
-    __privtd_tags__ = Tags(
-        "aware-zencrowd",
-        mechanisms=RANDOMIZED_RESPONSE,
-        executors=MEMORY_AND_DASK,
-    )
+    """Deprecated alias of ``ZenCrowd(mechanism=...)``, kept for one release: it fits and
+    reports as that, and constructing one warns (``FutureWarning``)."""
 
     def __init__(self, mechanism: Any = None, **params: Any) -> None:
-        self.mechanism = mechanism
-        super().__init__(**params)
+        warnings.warn(
+            "AwareZenCrowd is deprecated; use ZenCrowd(mechanism=...).", FutureWarning, stacklevel=2
+        )
+        super().__init__(mechanism, **params)

@@ -307,18 +307,30 @@ _DRIVERS: dict[type[Estimator], Callable[..., None]] = {
     AwareDawidSkene: _fit_em,
     AwareOneCoin: _fit_em,
     ZenCrowd: _fit_em,
-    AwareZenCrowd: _fit_em,
     ZeroBasedSkill: _fit_em,
     PrivateDawidSkene: _fit_private_ds,
     MACE: _fit_em,
-    AwareMACE: _fit_em,
 }
 
+#: The deprecated aliases of a model given a mechanism (``AwareMACE`` for
+#: ``MACE(mechanism=...)``), kept for one release: each fits as its model.
+_ALIASES: dict[type[Estimator], type[Estimator]] = {AwareMACE: MACE, AwareZenCrowd: ZenCrowd}
 
-def not_distributed(cls: type[Estimator]) -> str:
-    """The sentence that says an estimator class does not run on a cluster, with the reason
-    where its tags give one, and the methods that do."""
-    reason = get_tags(cls).not_distributed
+
+def _driver(estimator: Estimator) -> Callable[..., None] | None:
+    """How the estimator fits over the shards, or None where it does not run there (its
+    class has no driver, or its tags, which differ with a mechanism for GLAD, MACE and
+    ZenCrowd, do not name ``"dask"``)."""
+    if "dask" not in get_tags(estimator).executors:
+        return None
+    return _DRIVERS.get(_ALIASES.get(type(estimator), type(estimator)))
+
+
+def not_distributed(estimator: Estimator | type[Estimator]) -> str:
+    """The sentence that says an estimator (or estimator class) does not run on a cluster,
+    with the reason where its tags give one, and the methods that do."""
+    cls = estimator if isinstance(estimator, type) else type(estimator)
+    reason = get_tags(estimator).not_distributed
     why = f" ({reason})" if reason else ""
     return (
         f"{cls.__name__} does not run on a Dask cluster yet{why}; these methods do: "
@@ -353,8 +365,9 @@ def fit_distributed(
     estimator : Estimator
         One of :data:`DISTRIBUTED_METHODS`' estimators (MajorityVote, WeightedVote,
         DawidSkene, OneCoinDawidSkene, LatentClass, ZenCrowd, MACE, CRH, CATD, GTM, Raykar,
-        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, AwareZenCrowd,
-        AwareMACE, ZeroBasedSkill, PrivateDawidSkene), with ``tie_break="first"``.
+        WeightedAverage, Mean, Median, AwareDawidSkene, AwareOneCoin, ZeroBasedSkill,
+        PrivateDawidSkene; ZenCrowd and MACE with a mechanism too), with
+        ``tie_break="first"``.
     source : DistributedAnswers, path, glob or list of paths
         Answers already ingested (:func:`ingest`), or Parquet / CSV files to ingest first
         (a directory, a glob, or a list): ``read`` takes :func:`ingest`'s keyword arguments.
@@ -383,8 +396,8 @@ def fit_distributed(
     identical, numbers up to the round-off of summing in another order), for any partition
     and worker count. See docs/scale.md.
     """
-    if type(estimator) not in _DRIVERS:
-        raise ValidationError(f"{not_distributed(type(estimator))} Fit it in memory.")
+    if _driver(estimator) is None:
+        raise ValidationError(f"{not_distributed(estimator)} Fit it in memory.")
     if getattr(estimator, "tie_break", "first") != "first":
         raise ValidationError(
             f"On a Dask cluster {type(estimator).__name__} breaks ties with tie_break='first' "
@@ -463,7 +476,8 @@ def _fit(
     for name in [k for k in vars(estimator) if k.endswith("_") and not k.startswith("_")]:
         delattr(estimator, name)
     estimator._warm = None
-    driver = _DRIVERS[type(estimator)]
+    driver = _driver(estimator)
+    assert driver is not None  # fit_distributed refused the others
     has_gold = gold is not None and gold_series(gold) is not None
     if has_gold:
         data = _with_gold(data, gold)
