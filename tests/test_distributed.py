@@ -1215,6 +1215,25 @@ def test_a_stalled_step_ends_the_fit_with_one_line(client, monkeypatch):
     assert time.monotonic() - start < 4.5 and "\n" not in str(info.value)
 
 
+def _after(seconds, _previous):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_step_that_keeps_finishing_parts_outlasts_the_timeout(client, monkeypatch):
+    """Five parts one after another, each within the timeout, all of them well past it: the
+    step goes on (ingest's 200 shards at 1e9 answers)."""
+    from privtd.inference.distributed._cluster import gather
+
+    monkeypatch.setattr(client, "pass_timeout", 1.5)
+    parts = [client.submit(_after, 0.6, None, pure=False)]
+    for _ in range(4):
+        parts.append(client.submit(_after, 0.6, parts[-1], pure=False))
+    start = time.monotonic()
+    assert gather(client, parts) == [0.6] * 5
+    assert time.monotonic() - start > 1.5
+
+
 def _service_with_two_requesters(tmp_path, **kwargs):
     from fastapi.testclient import TestClient
 
