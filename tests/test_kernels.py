@@ -276,6 +276,12 @@ def test_compiled_digamma_is_scipys():
     assert (np.abs(got - want) <= 1e-12 * np.maximum(1.0, np.abs(want))).all()
 
 
+def test_both_backends_give_every_kernel():
+    # One set of names: a kernel one backend lacks would fail only when a fit on it reached it.
+    assert set(_numpy.KERNELS) == set(_numba.KERNELS)
+    assert [b.reads_task_codes for b in _kernels.BACKENDS.values()] == [True, False]
+
+
 def test_layout_sorts_only_when_needed():
     t = np.array([0, 0, 1, 2, 2], dtype=np.int32)
     layout = _kernels.TaskLayout(t, t, t, 3)

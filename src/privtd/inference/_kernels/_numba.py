@@ -795,7 +795,7 @@ def _aware_null_step(
     # on the thread count.
     many = state[2].sum() >= NULL_PARALLEL_TASKS
     step = _aware_null_step_par_nb if many else _aware_null_step_nb
-    total, stopped, left = step(
+    return step(
         counts,
         (float(channel[0, 0]), float(channel[0, 1])),
         rate,
@@ -805,7 +805,6 @@ def _aware_null_step(
         (float(low), bool(median), estimate == "map", float(tol)),
         16,
     )
-    return total, stopped, left
 
 
 #: The compiled backend's kernels by the numpy backend's names (``_numpy.KERNELS``), taking the
