@@ -253,7 +253,9 @@ def main() -> None:
             result["memory"][method], mem_fits[method] = timed_fit(
                 lambda e, a=answers: e.fit(a), method, params
             )
-        result["memory"]["threads"] = _kernels.numba.get_num_threads()
+        import numba
+
+        result["memory"]["threads"] = numba.get_num_threads()
         del answers, small
     memory.phase("cluster-start")
     with connect(workers=args.workers, memory_limit=args.memory_limit) as client:

@@ -2,7 +2,7 @@
 replaced (kept here as the reference), per pass and for whole fits.
 
 The row-major pass gathered ``(answers, K)`` rows, handed ``np.bincount`` their strided
-columns and reduced along the K-wide axis; the label-major one (``_kernels._ds_step_np``)
+columns and reduced along the K-wide axis; the label-major one (``_kernels._numpy._ds_step_np``)
 takes from and sums into contiguous ``(K, n)`` rows. Both give the same sums in the same order
 (checked here to 1e-12). Fits: privtd's DawidSkene and MACE on numpy's kernels, the pass
 swapped for the reference one to time "before".
@@ -21,6 +21,7 @@ import numpy as np
 from privtd import datasets
 from privtd.errors import ConvergenceWarning
 from privtd.inference import MACE, DawidSkene, _kernels
+from privtd.inference._kernels import _numpy
 
 
 def row_major_step(t, start, wx, log_conf, log_prior, gold):
@@ -62,7 +63,7 @@ def best(fn, repeat: int) -> float:
 def main() -> None:
     warnings.simplefilter("ignore", ConvergenceWarning)
     _kernels.set_backend("numpy")
-    label_major = _kernels._NUMPY["ds_step"]
+    label_major = _numpy.KERNELS["ds_step"]
     print(f"# load {os.getloadavg()[0]:.2f} at start; best of 7 (fits: best of 2 for MACE)")
     for k in (2, 4):
         answers = datasets.make_categorical(8000, 100, k, answers_per_task=5, rng=11)[0]
@@ -106,11 +107,11 @@ def main() -> None:
             )
         for name, fit, repeat in fits:
             t_new = best(fit, repeat)
-            _kernels._NUMPY["ds_step"] = row_major_step
+            _numpy.KERNELS["ds_step"] = row_major_step
             try:
                 t_old = best(fit, repeat)
             finally:
-                _kernels._NUMPY["ds_step"] = label_major
+                _numpy.KERNELS["ds_step"] = label_major
             print(f"  {name}: before {t_old:.3f} s, after {t_new:.3f} s ({t_old / t_new:.1f}x)")
     print(f"# load {os.getloadavg()[0]:.2f} at end")
 

@@ -22,13 +22,12 @@ from privtd.inference import (
     aware_dawid_skene,
     aware_method,
 )
-from privtd.inference.aware_dawid_skene import (
-    _squarem_jump,
-    compose,
+from privtd.inference._channel import compose, report_channel
+from privtd.inference._kernels._numpy import (
     expected_log_confusions,
     flip_posterior,
     own_answer_counts,
-    report_channel,
+    squarem_jump,
 )
 from privtd.inference.perturbation_aware import flip_law
 from privtd.mechanisms import MECHANISMS, ExpGaussian, OneLayerRR, TwoLayerRR
@@ -236,7 +235,7 @@ def test_squarem_jump_is_the_second_state_where_the_path_speeds_up() -> None:
         tuple(np.exp(np.log(a) + m * d) for a, d in zip(base, step, strict=True))
         for m in (0.0, 1.0, 4.0)
     ]
-    jump = _squarem_jump(states[0], states[1], states[2], learned_prior=True)
+    jump = squarem_jump(states[0], states[1], states[2], learned_prior=True)
     for got, want, axis in zip(jump, states[2], (1, 1, 0), strict=True):
         np.testing.assert_allclose(got, want / want.sum(axis=axis, keepdims=True), rtol=1e-12)
 

@@ -105,6 +105,7 @@ def test_a_ds_fit_through_the_cli_imports_only_what_it_runs(tmp_path, backend):
         "privtd.inference._channel",  # the one-class warning's channel law
         "privtd.inference._em",
         "privtd.inference._kernels",
+        "privtd.inference._kernels._numpy",
         "privtd.inference._ops",
         "privtd.inference._tags",  # the tags: is ds aware (takes_mechanism)?
         "privtd.inference.dawid_skene",

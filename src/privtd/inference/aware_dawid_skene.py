@@ -37,102 +37,14 @@ from . import _kernels
 from ._base import _check_choice, _check_float, confusion_frame
 from ._channel import compose, flip_law, report_channel
 from ._em import EMEstimator, Executor, Fit, Model, Shape
-from ._ops import squarem_extrapolate
 from ._tags import MEMORY_AND_DASK, RANDOMIZED_RESPONSE, Tags
 from .dawid_skene import EPS, ds_pass, ds_start
 from .decision import check_decision, decision_codes, default_decision
 from .perturbation_aware import run_oriented
 
-# Workers per block of the flip/confusion step: bounds its (workers, flips, K, K) arrays.
-_BLOCK_CELLS = 2_000_000
-
-
-def flip_posterior(
-    counts: np.ndarray, composed: np.ndarray, log_h: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The flip step: each worker's posterior ``q[w, s]`` over the flip grid, from its expected
-    report-truth counts ``counts[w, z, y]`` and composed confusions; also their logs."""
-    log_composed = np.log(composed)
-    loglik = (counts[:, None] * log_composed).sum(axis=(2, 3)) + log_h
-    q = np.exp(loglik - loglik.max(axis=1, keepdims=True))
-    q /= q.sum(axis=1, keepdims=True)
-    return q, log_composed
-
-
-def own_answer_counts(
-    counts: np.ndarray,
-    pi: np.ndarray,
-    q: np.ndarray,
-    composed: np.ndarray,
-    channel: tuple[np.ndarray, np.ndarray],
-) -> np.ndarray:
-    """The confusion step's counts ``N[w, x, y]``: each report ``z`` split over the worker's
-    possible own answers ``x`` by ``P(x | z, y, f) = R_f[z, x] pi[x, y] / (R_f pi)[z, y]``,
-    averaged over the flip posterior."""
-    scale, spread = channel
-    share = counts[:, None] / composed * q[:, :, None, None]  # [w, s, z, y]
-    # sum_z R_s[z, x] share[z, y] = scale_s share[x, y] + spread_s sum_z share[z, y]
-    through = np.moveaxis(share, 1, -1) @ scale
-    through += share.sum(axis=2, keepdims=True).transpose(0, 2, 3, 1) @ spread
-    own: np.ndarray = pi * through
-    return own
-
-
-def expected_log_confusions(
-    pi: np.ndarray, q: np.ndarray, channel: tuple[np.ndarray, np.ndarray]
-) -> np.ndarray:
-    """The truth step's ``L[w, z, y] = E_q log (R_f pi_w)[z, y]``, block by block of workers."""
-    scale, spread = channel
-    n_w, k, n_s = pi.shape[0], pi.shape[1], q.shape[1]
-    block = max(1, _BLOCK_CELLS // (n_s * k * k))
-    log_conf = np.empty_like(pi)
-    for lo in range(0, n_w, block):
-        part = slice(lo, lo + block)
-        # [w, z y, s]: the flips last, so that one matrix product takes the expectation.
-        log_composed = np.multiply.outer(pi[part].reshape(-1, k * k), scale)
-        log_composed += spread
-        np.log(np.maximum(log_composed, 1e-300, out=log_composed), out=log_composed)
-        log_conf[part] = np.matmul(log_composed, q[part, :, None]).reshape(-1, k, k)
-    return log_conf
-
-
-def _squarem_jump(
-    start: tuple[np.ndarray, ...],
-    first: tuple[np.ndarray, ...],
-    second: tuple[np.ndarray, ...],
-    learned_prior: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SQUAREM's extrapolation from three successive ``(pi, q, prior)`` states, in log space so
-    that every probability stays positive; each distribution is renormalised."""
-    parts = 3 if learned_prior else 2
-
-    # The floor: flip grid points a worker's answers rule out have log posteriors in the
-    # hundreds below zero that move by tens each pass and change nothing; unfloored they set
-    # the step length (on one of P0's releases 38 passes against 13 floored).
-    def flat(state: tuple[np.ndarray, ...]) -> np.ndarray:
-        return np.concatenate([np.log(np.maximum(a, 1e-12)).ravel() for a in state[:parts]])
-
-    x = squarem_extrapolate(flat(start), flat(first), flat(second))
-    pi, q, prior = second
-    out = []
-    for a, axis in ((pi, 1), (q, 1), (prior, 0))[:parts]:
-        log_a, x = x[: a.size].reshape(a.shape), x[a.size :]
-        a = np.exp(log_a - log_a.max(axis=axis, keepdims=True))
-        out.append(a / a.sum(axis=axis, keepdims=True))
-    if not learned_prior:
-        out.append(prior)
-    return out[0], out[1], out[2]
-
-
-def bound_terms(pi: np.ndarray, q: np.ndarray, log_h: np.ndarray, alpha: np.ndarray) -> float:
-    """The workers' part of the EM's bound: the confusions' Dirichlet log density (up to its
-    constant), less the flip posteriors' divergence from the flip law."""
-    log_prior = float((alpha * np.log(np.maximum(pi, 1e-300))).sum())
-    return log_prior - float((q * (np.log(np.maximum(q, 1e-300)) - log_h)).sum())
-
-
 # A worker state: own confusions, flip posteriors, class prior, the truth step's expected log
-# confusions, and the workers' part of the bound (bound_terms) at those confusions and flips.
+# confusions, and the workers' part of the bound (``_kernels._numpy.bound_terms``) at those
+# confusions and flips.
 State = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]
 
 
@@ -145,15 +57,11 @@ def _jump(
     log_h: np.ndarray,
     alpha: np.ndarray,
 ) -> State:
-    """SQUAREM's jump from three successive states, with what the next truth step needs."""
-    if _kernels.get_backend() == "numba":
-        # One compiled pass: in numpy the jump and its logarithms cost two thirds of a pass.
-        return _kernels.aware_ds_jump(
-            start[:3], first[:3], second[:3], learned_prior, channel, log_h, alpha
-        )
-    pi, q, prior = _squarem_jump(start[:3], first[:3], second[:3], learned_prior)
-    log_conf = expected_log_confusions(pi, q, channel)
-    return pi, q, prior, log_conf, bound_terms(pi, q, log_h, alpha)
+    """SQUAREM's jump from three successive states, with what the next truth step needs
+    (:func:`~._kernels.aware_ds_jump`)."""
+    return _kernels.aware_ds_jump(
+        start[:3], first[:3], second[:3], learned_prior, channel, log_h, alpha
+    )
 
 
 def resolve_class_prior(class_prior: str, n_labels: int, mechanism: Any) -> str:
@@ -325,27 +233,11 @@ class AwareDawidSkene(EMEstimator):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """New own confusions from the flip posteriors ``q`` of the last step, then the flip
         posteriors and expected log confusions under them, and the workers' part of the bound
-        there, block by block of workers (compiled per worker under numba). Each is a coordinate
-        step on the EM's bound; the flips are not re-fitted to the new counts before the
-        confusions, as that would cost a second set of ``workers x flips x K^2`` logarithms for a
-        step that, at a fixed point, changes nothing."""
-        if _kernels.get_backend() == "numba":
-            return _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
-        n_w, k, n_s = pi.shape[0], pi.shape[1], log_h.size
-        block = max(1, _BLOCK_CELLS // (n_s * k * k))
-        new_pi = np.empty_like(pi)
-        new_q = np.empty((n_w, n_s))
-        log_conf = np.empty_like(pi)
-        for lo in range(0, n_w, block):
-            part = slice(lo, lo + block)
-            composed = compose(pi[part], channel)
-            own = own_answer_counts(counts[part], pi[part], q[part], composed, channel) + alpha
-            own /= own.sum(axis=1, keepdims=True)
-            new_pi[part] = own
-            new_q[part], log_composed = flip_posterior(counts[part], compose(own, channel), log_h)
-            # The truth step's L[w, z, y] = E_q log (R_f pi_w)[z, y].
-            log_conf[part] = (new_q[part][:, :, None, None] * log_composed).sum(axis=1)
-        return new_pi, new_q, log_conf, bound_terms(new_pi, new_q, log_h, alpha)
+        there (:func:`~._kernels.aware_ds_workers`). Each is a coordinate step on the EM's bound;
+        the flips are not re-fitted to the new counts before the confusions, as that would cost
+        a second set of ``workers x flips x K^2`` logarithms for a step that, at a fixed point,
+        changes nothing."""
+        return _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
 
 
 class AwareDawidSkeneModel(Model):

@@ -40,7 +40,6 @@ Workers' own qualities are not modelled (every answer of a task counts the same)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,7 +50,7 @@ from ..errors import ValidationError
 from . import _kernels
 from ._base import Estimator, Gold, _check_choice, _check_float
 from ._em import InMemory, MemoryPart, Model, run_em
-from ._ops import squarem_extrapolate
+from ._kernels._numpy import grouped_median, null_e_step, null_truths
 from ._tags import Tags
 
 
@@ -74,9 +73,6 @@ def null_channel(mechanism: Any) -> np.ndarray:
 
 #: Floor for shares that divide or enter a logarithm.
 _TINY = 1e-12
-#: Floor for expected counts taken to log space (the E step keeps them positive, but they can
-#: underflow).
-_FLOOR = 1e-300
 #: Bounds on a learned prior strength: at least the one pseudo-answer per level that served
 #: as the fixed prior before (a moment estimate from few tasks can be near 0 and would let one
 #: noisy task run to the domain's edge), at most far beyond any task's count (the tasks do not
@@ -103,20 +99,6 @@ def pooled_distribution(total: np.ndarray, channel: np.ndarray) -> np.ndarray:
     k = int(np.flatnonzero(ordered > ratio * lam)[-1])
     p = np.maximum(total / lam[k] - ratio, 0.0)
     return p / p.sum()
-
-
-def grouped_median(weights: np.ndarray, low: float) -> np.ndarray:
-    """Per row, the median of a distribution over the scores ``low, low + 1, ...`` read as
-    grouped data: score ``s`` spreads its weight evenly over ``[s - 1/2, s + 1/2]``, so the
-    median moves continuously with the weights (a plain median jumps a whole score)."""
-    share = weights / weights.sum(axis=1, keepdims=True)
-    cdf = np.cumsum(share, axis=1)
-    # The bin where the cumulative share crosses one half (the last bin against rounding).
-    k = np.minimum((cdf < 0.5).sum(axis=1), share.shape[1] - 1)
-    rows = np.arange(share.shape[0])
-    below = cdf[rows, k] - share[rows, k]
-    inside = (0.5 - below) / np.maximum(share[rows, k], _TINY)
-    return low + k - 0.5 + np.clip(inside, 0.0, 1.0)
 
 
 def pooled_median_interval(
@@ -164,9 +146,7 @@ def variational_bound(
 
     g = scores_prior.size
     # The variational weights whatever the fit's estimate: the bound is variational Bayes's.
-    _, predicted = AwareNull.e_step(
-        counts, channel, expected, n_q, rate, scores_prior, "variational"
-    )
+    _, predicted = null_e_step(counts, channel, expected, n_q, rate, scores_prior, "variational")
     fit = (counts * np.log(predicted)).sum(axis=1)
     answered = expected[:, :g].sum(axis=1)
     levels = (
@@ -239,15 +219,15 @@ def moment_strengths(
 
 class NullProblem(NamedTuple):
     """What AwareNull's steps read: per task its report counts and cells, the channel, the
-    prior (answered-or-NULL rates, scores), how a task's truth summarises its fit (numpy:
-    ``truths_of``; compiled: the lowest score and median or mean), the estimate and ``tol``."""
+    prior (answered-or-NULL rates, scores), how a task's truth summarises its fit (the lowest
+    score, and median or mean: :func:`~._kernels._numpy.null_truths`), the estimate and
+    ``tol``."""
 
     counts: np.ndarray
     channel: np.ndarray
     n_q: np.ndarray
     rate: np.ndarray
     scores_prior: np.ndarray
-    truths_of: Callable[[np.ndarray], np.ndarray]
     low: float
     median: bool
     estimate: str
@@ -255,53 +235,32 @@ class NullProblem(NamedTuple):
 
 
 def null_start(part: Any, previous: Any, state: Any) -> tuple[Any, Any]:
-    """The tasks' start: expected counts of true symbols, truths, which tasks still step (and,
-    compiled, the constants of the tasks' E steps, once computed)."""
+    """The tasks' start: expected counts of true symbols, truths, which tasks still step (and
+    the constants of the tasks' steps, once computed)."""
     return state, None
 
 
 def null_step(part: Any, previous: Any, p: NullProblem) -> tuple[Any, Any]:
-    """One accelerated step of every task still stepping (``AwareNull._accelerated_step``;
-    compiled, ``_kernels.aware_null_step``); a task stops once its truth moves by less than
-    ``tol``. Statistics: the summed log-likelihood of the tasks that stepped, that of those
-    that stopped now, and how many still step."""
+    """One accelerated step of every task still stepping (:func:`~._kernels.aware_null_step`);
+    a task stops once its truth moves by less than ``tol``. Statistics: the summed
+    log-likelihood of the tasks that stepped, that of those that stopped now, and how many
+    still step."""
     expected, truth, active, constants = previous[0]
-    if _kernels.get_backend() == "numba":
-        if constants is None:
-            constants = _kernels.null_task_constants(p.n_q, p.rate, p.scores_prior)
-        loglik_sum, stopped_sum, left = _kernels.aware_null_step(
-            p.counts,
-            p.channel,
-            p.rate,
-            p.scores_prior,
-            constants,
-            (expected, truth, active),
-            p.low,
-            p.median,
-            p.estimate == "map",
-            p.tol,
-        )
-    else:
-        rows = np.flatnonzero(active)
-        expected[rows], loglik = AwareNull._accelerated_step(
-            p.counts[rows],
-            p.channel,
-            expected[rows],
-            p.n_q[rows],
-            p.rate,
-            p.scores_prior,
-            p.estimate,
-        )
-        loglik_sum = float(loglik.sum())
-        new = p.truths_of(expected[rows])
-        still = np.abs(new - truth[rows]) >= p.tol
-        active[rows] = still
-        truth[rows] = new
-        # Added in task order, one after another (as the objective has always been summed).
-        stopped = loglik[~still]
-        stopped_sum = float(np.cumsum(stopped)[-1]) if stopped.size else 0.0
-        left = int(active.sum())
-    return (expected, truth, active, constants), (loglik_sum, stopped_sum, left)
+    if constants is None:
+        constants = _kernels.null_task_constants(p.n_q, p.rate, p.scores_prior)
+    stats = _kernels.aware_null_step(
+        p.counts,
+        p.channel,
+        p.rate,
+        p.scores_prior,
+        constants,
+        (expected, truth, active),
+        p.low,
+        p.median,
+        p.estimate,
+        p.tol,
+    )
+    return (expected, truth, active, constants), stats
 
 
 class AwareNullModel(Model):
@@ -423,7 +382,6 @@ class AwareNull(Estimator):
         mech = self.mechanism
         channel = null_channel(mech)
         g = mech.domain_size
-        scores = np.arange(mech.low, mech.high + 1, dtype=float)
         counts = self._symbol_counts(answers)
         n_q = counts.sum(axis=1)
         pooled = pooled_distribution(counts.sum(axis=0), channel)
@@ -439,14 +397,7 @@ class AwareNull(Estimator):
         centre /= centre.sum()
         rate = np.array([1.0 - centre[g], centre[g]]) * strengths[0]
         scores_prior = centre[:g] / centre[:g].sum() * strengths[1]
-
-        def truths_of(rows_expected: np.ndarray) -> np.ndarray:
-            # The posterior predictive distribution of one answer, summarised.
-            predictive = rows_expected[:, :g] + scores_prior
-            if self.location == "median":
-                return grouped_median(predictive, mech.low)
-            return (predictive @ scores) / predictive.sum(axis=1)
-
+        median = self.location == "median"
         expected = np.outer(n_q, np.maximum(pooled, _TINY))
         if self.start == "deconvolved":
             # Each task's counts through the channel's inverse, clipped, rescaled to its cells,
@@ -455,7 +406,7 @@ class AwareNull(Estimator):
             own = np.maximum((counts - other * n_q[:, None]) / (keep - other), 0.0)
             own += 1e-3 * expected / np.maximum(n_q, 1.0)[:, None]
             expected = own * (n_q / own.sum(axis=1))[:, None]
-        truth = truths_of(expected)
+        truth = null_truths(expected, scores_prior, mech.low, median)
         if gold is not None:
             truth[gold.index] = gold.value
         # Tasks are independent given the fixed prior: each stops on its own, so the few slow
@@ -469,9 +420,8 @@ class AwareNull(Estimator):
             n_q,
             rate,
             scores_prior,
-            truths_of,
             mech.low,
-            self.location == "median",
+            median,
             self.estimate,
             self.tol,
         )
@@ -529,98 +479,3 @@ class AwareNull(Estimator):
         counts = counts.reshape(answers.n_tasks, g + 1)
         counts[:, g] = answers.n_workers - answers.task_counts()
         return counts
-
-    @classmethod
-    def _accelerated_step(
-        cls,
-        counts: np.ndarray,
-        channel: np.ndarray,
-        expected: np.ndarray,
-        n_q: np.ndarray,
-        rate: np.ndarray,
-        scores_prior: np.ndarray,
-        estimate: str = "variational",
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One SQUAREM step (Varadhan and Roland 2008, scheme S3) per task, in log space: two E
-        steps, an extrapolation along them with the task's own step length, and one E step from
-        there. Tasks are independent given the fixed prior, so each gets its own step. Plain EM
-        crawls where the channel carries little (2,000 iterations at epsilon 0.5). In log space
-        the extrapolation stays positive, and the slow mode where the channel carries little, a
-        score's expected count decaying geometrically under a weak prior, is a straight line,
-        which the extrapolation follows in one step (in count space it left the positive orthant
-        and fell back to plain steps: 3-30x more of them)."""
-
-        def e_step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return cls.e_step(counts, channel, rows, n_q, rate, scores_prior, estimate)
-
-        first, _ = e_step(expected)
-        second, _ = e_step(first)
-        log0, log1, log2 = (np.log(np.maximum(x, _FLOOR)) for x in (expected, first, second))
-        # A huge step length overflows; those rows keep the second E step.
-        with np.errstate(over="ignore", invalid="ignore"):
-            jump = np.exp(squarem_extrapolate(log0, log1, log2, axis=1))
-        jump = np.where(np.isfinite(jump).all(axis=1, keepdims=True), jump, second)
-        expected, predicted = e_step(jump)
-        return expected, (counts * np.log(predicted)).sum(axis=1)
-
-    @classmethod
-    def e_step(
-        cls,
-        counts: np.ndarray,
-        channel: np.ndarray,
-        expected: np.ndarray,
-        n_q: np.ndarray,
-        rate: np.ndarray,
-        scores_prior: np.ndarray,
-        estimate: str = "variational",
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Expected count of each true symbol per task, given the reported counts: a report
-        ``x`` is from ``z`` with probability ``w_z C[x, z] / sum_z' w_z' C[x, z']``, where
-        ``w = exp(E[log p_q])`` (``estimate="map"``: the posterior means) comes from the current
-        expected counts. Returns them and the predicted report shares ``w C^T``: ``sum_x
-        counts_x log (w C^T)_x`` is the task's log-likelihood term, computed only where it is
-        reported."""
-        if estimate == "map":
-            weights = cls._posterior_mean(expected, n_q, rate, scores_prior)
-        else:
-            weights = np.exp(cls._expected_log_p(expected, n_q, rate, scores_prior))
-        predicted = weights @ channel.T
-        return weights * ((counts / predicted) @ channel), predicted
-
-    @staticmethod
-    def _posterior_mean(
-        expected: np.ndarray, n_q: np.ndarray, rate: np.ndarray, scores_prior: np.ndarray
-    ) -> np.ndarray:
-        """``E[p_q(s)]`` under the nested Dirichlet posterior: EM's M step for the posterior
-        mode under the prior with one more pseudo-answer per symbol."""
-        g = scores_prior.size
-        answered = expected[:, :g].sum(axis=1)
-        total = n_q + rate.sum()
-        out = np.empty_like(expected)
-        share = (answered + rate[0]) / (total * (answered + scores_prior.sum()))
-        out[:, :g] = (expected[:, :g] + scores_prior) * share[:, None]
-        out[:, g] = (expected[:, g] + rate[1]) / total
-        return out
-
-    @staticmethod
-    def _expected_log_p(
-        expected: np.ndarray, n_q: np.ndarray, rate: np.ndarray, scores_prior: np.ndarray
-    ) -> np.ndarray:
-        """``E[log p_q(s)]`` under the nested Dirichlet posterior: answered-or-NULL first
-        (Beta), then the score given answered (Dirichlet)."""
-        from scipy.special import digamma  # on use: costs ~0.5 s to import
-
-        g = scores_prior.size
-        answered = expected[:, :g].sum(axis=1)
-        # One digamma call over every argument: per call overhead dominated on P3's 200 tasks.
-        args = np.empty((expected.shape[0], g + 4))
-        args[:, :g] = expected[:, :g] + scores_prior
-        args[:, g] = expected[:, g] + rate[1]
-        args[:, g + 1] = answered + rate[0]
-        args[:, g + 2] = answered + scores_prior.sum()
-        args[:, g + 3] = n_q + rate.sum()
-        psi = digamma(args)
-        out = psi[:, : g + 1]
-        out[:, :g] += (psi[:, g + 1] - psi[:, g + 2] - psi[:, g + 3])[:, None]
-        out[:, g] -= psi[:, g + 3]
-        return out

@@ -213,12 +213,10 @@ def _on_shard(
     """``fn(shard, out, params)`` on a worker; ``prev_fn``: the previous state was not kept,
     recompute it first; ``lean``: drop the new state, keep the statistics only."""
     # A worker process runs the client's kernel backend, so both compute the same sums.
-    if _kernels.get_backend() != backend:
-        _kernels.set_backend(backend)
-    if backend == "numba" and _kernels.numba.get_num_threads() != 1:
-        # Shards are the parallelism on a cluster (one process per core): numba's own threads
-        # in every worker would only fight over the same cores.
-        _kernels.numba.set_num_threads(1)
+    _kernels.set_backend(backend)
+    # Shards are the parallelism on a cluster (one process per core): a backend's own threads
+    # in every worker would only fight over the same cores.
+    _kernels.current_backend().use_one_thread()
     if prev_fn is not None:
         out = (prev_fn(shard, None, prev_params)[0], None)
     state, stats = fn(shard, out, params)

@@ -315,8 +315,8 @@ class Shard:
     @property
     def layout(self) -> _kernels.TaskLayout:
         """What the fused kernels read. The compiled ones walk ``start`` and never read the
-        per-answer task codes, so those are built for the numpy backend only."""
-        task = self.task if _kernels.get_backend() == "numpy" else _NO_TASK
+        per-answer task codes, so those are built only for a backend that reads them."""
+        task = self.task if _kernels.current_backend().reads_task_codes else _NO_TASK
         return cast(_kernels.TaskLayout, _Layout(task, self.start, self.worker, self.value))
 
     @property
