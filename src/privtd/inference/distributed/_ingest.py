@@ -188,11 +188,19 @@ def ingest(
         # that Parquet files' footers state and that CSV files' first lines suggest.
         rows = sum(_rows_about(path) for path in files)
         partitions = max(sum(_nthreads(client).values()), math.ceil(rows / SHARD_ANSWERS))
-    reads = [
-        submit(_shard.read_split, path, file_format(path), columns, kind, partitions, pure=False)
-        for path in files
-    ]
-    summaries = gather(client, [submit(_shard.summary_of, r, pure=False) for r in reads])
+    # Each file's summary and pieces are taken right after it is read (submitted in that order,
+    # which is Dask's priority, so a worker runs them before its next read): the file's result
+    # is then freed, and only its pieces wait, in memory or spilled, for the shards.
+    # No future of a read is kept here, so that Dask can free it then.
+    summary_of, pieces = [], []
+    for path in files:
+        read = submit(
+            _shard.read_split, path, file_format(path), columns, kind, partitions, pure=False
+        )
+        summary_of.append(submit(_shard.summary_of, read, pure=False))
+        pieces.append([submit(_shard.pick, read, p, pure=False) for p in range(partitions)])
+        del read
+    summaries = gather(client, summary_of)
     notes: list[str] = []
     n_rows = np.array([s["n_rows"] for s in summaries], dtype=np.int64)
     n_missing = sum(s["n_missing"] for s in summaries)
@@ -242,15 +250,15 @@ def ingest(
             len(workers),
             n_labels,
             maps,
-            *[submit(_shard.pick, r, p, pure=False) for r in reads],
+            *[file_pieces[p] for file_pieces in pieces],
             pure=False,
         )
         for p in range(partitions)
     ]
-    # Dropped before the shards are built: Dask frees each file's pieces once every shard has
-    # taken its own, and spills them to disk past a worker's memory thresholds meanwhile. The
-    # scheduler keeps their definitions, so a lost shard can still be rebuilt from the files.
-    del reads, maps
+    # Dropped before the shards are built: Dask frees each piece once its shard has taken it,
+    # and spills pieces to disk past a worker's memory thresholds meanwhile. The scheduler
+    # keeps their definitions, so a lost shard can still be rebuilt from the files.
+    del summary_of, pieces, maps
     infos = gather(client, [submit(_shard.describe, s, pure=False) for s in shards])
     n_repeated = sum(i["n_repeated"] for i in infos)
     if n_repeated:

@@ -87,7 +87,10 @@ def summary_of(read: tuple[dict[str, Any], list[Piece]]) -> dict[str, Any]:
 
 
 def pick(read: tuple[dict[str, Any], list[Piece]], p: int) -> Piece:
-    return read[1][p]
+    """Piece ``p`` of a file, as its own arrays: sharing the file's would keep them all in
+    memory after Dask spills or frees the file's result, while Dask counts them as gone (at
+    1e9 answers the workers then stay paused over memory they cannot free)."""
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in read[1][p].items()}
 
 
 def _missing(frame: pd.DataFrame) -> np.ndarray:
