@@ -19,6 +19,7 @@ from privtd.inference import (
     DawidSkene,
     MajorityVote,
     WeightedVote,
+    _kernels,
     aware_dawid_skene,
     aware_method,
 )
@@ -212,7 +213,7 @@ def test_a_jumped_state_gets_the_worker_steps_log_confusions(k: int) -> None:
     counts = rng.integers(0, 20, size=(n_w, k, k)).astype(float)
     alpha = np.full((k, k), 1.0)
     q_start = rng.dirichlet(np.ones(9), n_w)
-    pi, q, log_conf, bound = AwareDawidSkene._update_workers(
+    pi, q, log_conf, bound = _kernels.aware_ds_workers(
         counts, random_confusions(rng, n_w, k), q_start, channel, np.log(weight), alpha
     )
     np.testing.assert_allclose(expected_log_confusions(pi, q, channel), log_conf, rtol=1e-12)

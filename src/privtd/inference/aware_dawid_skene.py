@@ -222,28 +222,11 @@ class AwareDawidSkene(EMEstimator):
             model_state={"class_prior": prior},
         )
 
-    @staticmethod
-    def _update_workers(
-        counts: np.ndarray,
-        pi: np.ndarray,
-        q: np.ndarray,
-        channel: tuple[np.ndarray, np.ndarray],
-        log_h: np.ndarray,
-        alpha: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """New own confusions from the flip posteriors ``q`` of the last step, then the flip
-        posteriors and expected log confusions under them, and the workers' part of the bound
-        there (:func:`~._kernels.aware_ds_workers`). Each is a coordinate step on the EM's bound;
-        the flips are not re-fitted to the new counts before the confusions, as that would cost
-        a second set of ``workers x flips x K^2`` logarithms for a step that, at a fixed point,
-        changes nothing."""
-        return _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
-
 
 class AwareDawidSkeneModel(Model):
     """AwareDawidSkene's EM (see module doc) as sufficient statistics: Dawid-Skene's pass
     (:func:`~.dawid_skene.ds_pass`) on the expected log confusions, whose report-truth counts
-    per worker give the worker steps (:meth:`AwareDawidSkene._update_workers`). Parameters: a
+    per worker give the worker steps (:func:`~._kernels.aware_ds_workers`). Parameters: a
     :data:`State`. Its objective: the bound EM climbs, per answer; it stops when that moves by
     less than ``tol_`` over one plain pass.
 
@@ -290,9 +273,7 @@ class AwareDawidSkeneModel(Model):
         # From the typical worker the confusions need a few steps to reach the start's counts;
         # each step is cheap (per worker, not per answer).
         for _ in range(5):
-            pi, q, log_conf, bound = AwareDawidSkene._update_workers(
-                counts, pi, q, channel, log_h, alpha
-            )
+            pi, q, log_conf, bound = _kernels.aware_ds_workers(counts, pi, q, channel, log_h, alpha)
         return pi, q, prior, log_conf, bound
 
     def step_params(self, state: State) -> tuple[np.ndarray, np.ndarray]:
@@ -310,7 +291,7 @@ class AwareDawidSkeneModel(Model):
         if self.learned:
             prior = prior_sum / self.shape.n_tasks
         counts = flat_counts.reshape(n_w, k, k)
-        pi, q, log_conf, bound = AwareDawidSkene._update_workers(
+        pi, q, log_conf, bound = _kernels.aware_ds_workers(
             counts, pi, q, self.channel, self.log_h, self.alpha
         )
         return objective, (pi, q, prior, log_conf, bound)

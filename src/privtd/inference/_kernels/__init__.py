@@ -327,8 +327,12 @@ def aware_ds_workers(
     log_h: np.ndarray,
     alpha: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """AwareDawidSkene's worker step: new own confusions, flip posteriors, expected log
-    confusions and the workers' part of the EM's bound."""
+    """AwareDawidSkene's worker step: new own confusions from the flip posteriors ``q`` of the
+    last step, then the flip posteriors and expected log confusions under them, and the
+    workers' part of the EM's bound there. Each is a coordinate step on the bound; the flips
+    are not re-fitted to the new counts before the confusions, as that would cost a second set
+    of ``workers x flips x K^2`` logarithms for a step that, at a fixed point, changes
+    nothing."""
     scale, spread = channel
     pi, q, log_conf, bound = _kernel("aware_ds_workers")(
         *_contiguous_floats(counts, pi, q, scale, spread, log_h, alpha)
